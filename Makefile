@@ -1,0 +1,41 @@
+# The README's two commands are the contract: `make demo` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install sysdeps demo test test-quick lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,lab]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+demo: install sysdeps
+	$(BIN)/python -m ringfence.demo --output out
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks || true
+
+typecheck: install
+	$(BIN)/mypy --strict src/ringfence
+
+test: install sysdeps lint typecheck
+	$(BIN)/pytest -q -p no:cacheprovider --timeout=600
+
+test-quick: install
+	$(BIN)/pytest -q -m "not privileged and not slow"
+
+bench: install sysdeps
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf out build dist .mypy_cache .ruff_cache .pytest_cache

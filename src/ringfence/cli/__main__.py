@@ -1,0 +1,7 @@
+"""``python -m ringfence.cli``."""
+
+import sys
+
+from ringfence.cli import main
+
+sys.exit(main())

@@ -1,0 +1,42 @@
+"""``ringfence policy schema|check``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ringfence.policy import load_policy, policy_schema
+
+
+def _schema(args: argparse.Namespace) -> int:
+    text = policy_schema()
+    if args.output:
+        from ringfence.atomic import write_atomic
+
+        write_atomic(args.output, text.encode() + b"\n")
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy)
+    print(
+        f"{args.policy}: ok — {len(policy.zones)} zones, {len(policy.nodes)} nodes, {len(policy.jobs)} jobs, "
+        f"{len(policy.services)} services, {len(policy.approved)} approved flows, "
+        f"{len(policy.exceptions)} exceptions"
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``policy`` verb."""
+    p = sub.add_parser("policy", help="policy file tools: JSON Schema, validation")
+    psub = p.add_subparsers(dest="policy_cmd", required=True, metavar="CMD")
+    s = psub.add_parser("schema", help="print the policy JSON Schema")
+    s.add_argument("-o", "--output", help="write to this file instead of stdout")
+    s.set_defaults(func=_schema)
+    c = psub.add_parser("check", help="validate a policy file")
+    c.add_argument("policy")
+    c.set_defaults(func=_check)

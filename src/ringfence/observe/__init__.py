@@ -1,0 +1,1 @@
+"""Everything that gathers facts: flow sources, payload verdicts, probes, captures."""

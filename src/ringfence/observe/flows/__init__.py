@@ -1,0 +1,1 @@
+"""Flow sources: one module per format, all producing :data:`ringfence.observe.schema.FLOW_SCHEMA`."""

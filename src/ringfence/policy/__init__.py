@@ -1,0 +1,48 @@
+"""The intended state (policy-as-code). Imports nothing else of ringfence's but errors."""
+
+from ringfence.policy.load import PolicyError, load_policy, parse_policy, policy_schema
+from ringfence.policy.model import (
+    ApprovedFlow,
+    Budget,
+    ClassPolicy,
+    Classes,
+    ControlOwner,
+    Endpoint,
+    ExceptionEntry,
+    Job,
+    Keys,
+    Layer,
+    Node,
+    Policy,
+    Requirement,
+    Service,
+    Standard,
+    TrafficClass,
+    Trust,
+    Zone,
+)
+
+__all__ = [
+    "ApprovedFlow",
+    "Budget",
+    "ClassPolicy",
+    "Classes",
+    "ControlOwner",
+    "Endpoint",
+    "ExceptionEntry",
+    "Job",
+    "Keys",
+    "Layer",
+    "Node",
+    "Policy",
+    "PolicyError",
+    "Requirement",
+    "Service",
+    "Standard",
+    "TrafficClass",
+    "Trust",
+    "Zone",
+    "load_policy",
+    "parse_policy",
+    "policy_schema",
+]

@@ -1,0 +1,324 @@
+"""The policy-as-code model: the intended state of a training network.
+
+Strict, frozen pydantic models (``extra="forbid"``) — the only place that knows the file format is
+:mod:`ringfence.policy.load`. Everything inside ringfence reads these objects, never raw YAML.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import date
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TrafficClass(StrEnum):
+    """The four traffic classes of DESIGN.md, plus the finding-worthy rest."""
+
+    STORAGE = "storage"
+    COLLECTIVE = "collective"
+    MANAGEMENT = "management"
+    REPLICATION = "replication"
+    UNCLASSIFIED = "unclassified"
+
+
+class Trust(StrEnum):
+    """Which side of the trust boundary a zone is on."""
+
+    INTERNAL = "internal"
+    EXTERNAL = "external"
+
+
+class Requirement(StrEnum):
+    """Whether a class must be protected on the wire."""
+
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+
+
+class Layer(StrEnum):
+    """Encryption layers ringfence knows (DESIGN.md step 2)."""
+
+    TLS = "tls"
+    WIREGUARD = "wireguard"
+    IPSEC = "ipsec"
+    MACSEC = "macsec"
+    NCCL_TLS = "nccl-tls"
+    RINGFENCE = "ringfence-transport"
+
+
+def _port_range(value: int | str) -> tuple[int, int]:
+    if isinstance(value, int):
+        lo = hi = value
+    else:
+        parts = value.split("-")
+        if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"{value!r} is not a port or a range like 1024-65535")
+        lo, hi = int(parts[0]), int(parts[-1])
+    if not (0 < lo <= hi <= 65535):
+        raise ValueError(f"{value!r} is not a port range inside 1-65535")
+    return lo, hi
+
+
+PortSpec = Annotated[int | str, Field(description="a port (8443) or an inclusive range ('1024-65535')")]
+
+
+class Standard(_Strict):
+    """A referenced standard, with the version followed and when it was last reviewed."""
+
+    name: str
+    version: str
+    reviewed: date
+
+
+class Zone(_Strict):
+    """A security zone. ``external`` zones are outside the cluster's trust boundary."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+    trust: Trust = Trust.INTERNAL
+    description: str = ""
+
+
+class Node(_Strict):
+    """A host (or pod) with its addresses. ``zone`` must name a zone."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+    zone: str
+    addresses: Annotated[tuple[str, ...], Field(min_length=1)]
+    identity: str | None = None  # workload identity (SPIFFE URI) of the node itself, if any
+    roles: tuple[str, ...] = ()
+
+    @field_validator("addresses")
+    @classmethod
+    def _addresses_are_ips(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for a in v:
+            ipaddress.ip_address(a)  # ValueError names the bad address
+        return tuple(str(ipaddress.ip_address(a)) for a in v)
+
+
+class Job(_Strict):
+    """A training job: its identity, its member nodes, the port range its collective uses."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+    identity: str
+    members: Annotated[tuple[str, ...], Field(min_length=1)]
+    collective_ports: PortSpec = "1024-65535"
+    backend: str = "gloo"
+
+    @field_validator("collective_ports")
+    @classmethod
+    def _ports(cls, v: int | str) -> int | str:
+        _port_range(v)
+        return v
+
+    @property
+    def collective_range(self) -> tuple[int, int]:
+        """The inclusive collective port range."""
+        return _port_range(self.collective_ports)
+
+
+class Service(_Strict):
+    """A listening service on a node, and the traffic class its traffic belongs to."""
+
+    name: Annotated[str, Field(pattern=NAME)]
+    node: str
+    proto: Literal["tcp", "udp"] = "tcp"
+    port: PortSpec
+    traffic_class: TrafficClass = Field(alias="class")
+    application: str = ""  # "http", "ssh", "https", … — what an application-level probe speaks
+    admin: bool = False  # an administrative path (sshd, BMC, console)
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @field_validator("port")
+    @classmethod
+    def _ports(cls, v: int | str) -> int | str:
+        _port_range(v)
+        return v
+
+    @property
+    def port_range(self) -> tuple[int, int]:
+        """The inclusive port range of the service."""
+        return _port_range(self.port)
+
+
+class Endpoint(_Strict):
+    """One side of an approved flow: exactly one selector is set."""
+
+    zone: str | None = None
+    node: str | None = None
+    job: str | None = None
+    service: str | None = None
+    identity: str | None = None
+    cidr: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Endpoint:
+        set_ = [k for k in ("zone", "node", "job", "service", "identity", "cidr") if getattr(self, k)]
+        if len(set_) != 1:
+            raise ValueError(f"an endpoint takes exactly one of zone/node/job/service/identity/cidr, got {set_}")
+        if self.cidr is not None:
+            ipaddress.ip_network(self.cidr, strict=False)
+        return self
+
+    def describe(self) -> str:
+        """``zone:workload``, ``service:storage-http`` …"""
+        for k in ("zone", "node", "job", "service", "identity", "cidr"):
+            v = getattr(self, k)
+            if v:
+                return f"{k}:{v}"
+        raise AssertionError("validated endpoint has a selector")
+
+
+class ApprovedFlow(_Strict):
+    """One entry of the approved communication matrix."""
+
+    id: Annotated[str, Field(pattern=NAME)]
+    source: Endpoint = Field(alias="from")
+    destination: Endpoint = Field(alias="to")
+    proto: Literal["tcp", "udp", "any"] = "tcp"
+    ports: PortSpec | None = None  # default: the destination service's port
+    traffic_class: TrafficClass = Field(alias="class")
+    description: str = ""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: int | str | None) -> int | str | None:
+        if v is not None:
+            _port_range(v)
+        return v
+
+    @property
+    def port_range(self) -> tuple[int, int] | None:
+        """Inclusive port range, or None when it is the destination service's."""
+        return None if self.ports is None else _port_range(self.ports)
+
+
+class ClassPolicy(_Strict):
+    """Protection required for a traffic class, and who decided it."""
+
+    protection: Requirement = Requirement.REQUIRED
+    layers: tuple[Layer, ...] = ()  # acceptable layers; empty = any confidential layer
+    confidential: bool = True  # for collective: are gradients confidential? (a policy decision)
+    decision_owner: str = ""  # who owns that decision
+    rationale: str = ""
+
+
+class Classes(_Strict):
+    """Per-class protection requirements. All four must be stated."""
+
+    storage: ClassPolicy
+    collective: ClassPolicy
+    management: ClassPolicy
+    replication: ClassPolicy
+
+    def of(self, cls: TrafficClass) -> ClassPolicy | None:
+        """The policy of a class (None for ``unclassified``)."""
+        return None if cls is TrafficClass.UNCLASSIFIED else getattr(self, cls.value)  # type: ignore[no-any-return]
+
+
+class Budget(_Strict):
+    """The performance budget of the collective path, fixed before encryption is enabled."""
+
+    busbw_loss_pct: Annotated[float, Field(ge=0, le=100)] = 5.0
+    p99_growth_pct: Annotated[float, Field(ge=0)] = 25.0
+    sizes: tuple[int, ...] = ()  # message sizes in bytes that matter for the job (empty: all)
+    min_repeats: Annotated[int, Field(ge=1)] = 3
+
+
+class Keys(_Strict):
+    """Key and certificate lifetimes (``24h``, ``30m``, ``7d``)."""
+
+    cert_lifetime: str = "24h"
+    rotation: str = "12h"
+    tunnel_rekey: str = "2m"
+
+
+class ExceptionEntry(_Strict):
+    """A time-limited exception: who owns it, why, until when, and what compensates."""
+
+    id: Annotated[str, Field(pattern=NAME)]
+    control: str
+    subject: str  # "class:collective", "flow:<id>", "node:aux" …
+    owner: str
+    reason: str
+    expires: date
+    review_trigger: str = ""
+    compensating: tuple[str, ...] = ()
+    trusted_boundary: str = ""
+
+
+class ControlOwner(_Strict):
+    """Ownership and operation of one control point."""
+
+    owner: str
+    log_source: str = ""
+    exception_process: str = ""
+    deployed: str = ""  # the deployed configuration (file, CRD, ruleset name)
+
+
+class Policy(_Strict):
+    """The whole intended state of one cluster."""
+
+    version: Literal[1] = 1
+    cluster: Annotated[str, Field(pattern=NAME)]
+    standards: tuple[Standard, ...] = ()
+    zones: Annotated[tuple[Zone, ...], Field(min_length=1)]
+    nodes: tuple[Node, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    services: tuple[Service, ...] = ()
+    approved: tuple[ApprovedFlow, ...] = ()
+    classes: Classes
+    budget: Budget = Budget()
+    keys: Keys = Keys()
+    exceptions: tuple[ExceptionEntry, ...] = ()
+    controls: dict[str, ControlOwner] = Field(default_factory=dict)
+
+    # Lookups used everywhere; cheap enough to compute on demand for inventories of 10k nodes.
+    def zone(self, name: str) -> Zone | None:
+        """The zone called ``name``."""
+        return next((z for z in self.zones if z.name == name), None)
+
+    def node(self, name: str) -> Node | None:
+        """The node called ``name``."""
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def service(self, name: str) -> Service | None:
+        """The service called ``name``."""
+        return next((s for s in self.services if s.name == name), None)
+
+    def job(self, name: str) -> Job | None:
+        """The job called ``name``."""
+        return next((j for j in self.jobs if j.name == name), None)
+
+
+__all__ = [
+    "ApprovedFlow",
+    "Budget",
+    "ClassPolicy",
+    "Classes",
+    "ControlOwner",
+    "Endpoint",
+    "ExceptionEntry",
+    "Job",
+    "Keys",
+    "Layer",
+    "Node",
+    "Policy",
+    "Requirement",
+    "Service",
+    "Standard",
+    "TrafficClass",
+    "Trust",
+    "Zone",
+]

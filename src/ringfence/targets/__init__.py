@@ -1,0 +1,1 @@
+"""Where commands run: lab namespaces, SSH hosts, Kubernetes pods."""
