@@ -4,8 +4,8 @@ from ringfence.policy.load import PolicyError, load_policy, parse_policy, policy
 from ringfence.policy.model import (
     ApprovedFlow,
     Budget,
-    ClassPolicy,
     Classes,
+    ClassPolicy,
     ControlOwner,
     Endpoint,
     ExceptionEntry,

@@ -224,7 +224,7 @@ class Classes(_Strict):
 
     def of(self, cls: TrafficClass) -> ClassPolicy | None:
         """The policy of a class (None for ``unclassified``)."""
-        return None if cls is TrafficClass.UNCLASSIFIED else getattr(self, cls.value)  # type: ignore[no-any-return]
+        return None if cls is TrafficClass.UNCLASSIFIED else getattr(self, cls.value)
 
 
 class Budget(_Strict):

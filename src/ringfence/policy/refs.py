@@ -35,7 +35,7 @@ def check_references(policy: Policy) -> list[tuple[Loc, str]]:
     ):
         seen: set[str] = set()
         for i, item in enumerate(items):
-            key = getattr(item, "name", None) or getattr(item, "id", "")
+            key = str(getattr(item, "name", None) or getattr(item, "id", ""))
             if key in seen:
                 out.append(((section, i), f"duplicate name {key!r}"))
             seen.add(key)
