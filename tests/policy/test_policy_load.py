@@ -44,7 +44,7 @@ def test_models_are_frozen() -> None:
         ("port: 8080, class: storage,", "port: 8080, class: storag,", "class: storag,", "services.0.class"),
         ("port: 8080,", "port: 70000,", "70000", "services.0.port"),
         ("{name: storage, description", "{name: storage, colour: red, description", "colour", "zones.1.colour"),
-        ("busbw_loss_pct: 5,", "busbw_loss_pct: -5,", "-5", "budget.busbw_loss_pct"),
+        ("busbw_loss_pct: 5,", "busbw_loss_pct: -5,", "busbw_loss_pct: -5", "budget.busbw_loss_pct"),
     ],
 )
 def test_malformed_policy_names_file_line_and_field(old: str, new: str, marker: str, field: str) -> None:
