@@ -1,0 +1,123 @@
+"""Storage node: an HTTP object server (datasets, checkpoints) that replicates checkpoints off-site.
+
+``GET /datasets/<job>/shard-<n>`` returns a deterministic text shard (JSON lines, like a tokenizer's
+input); ``PUT /checkpoints/<job>/<name>`` stores a checkpoint in memory (the latest per job) and
+queues it for replication to ``--replica-url`` (``PUT <replica-url>/replica/<job>/<name>``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import queue
+import random
+import threading
+from dataclasses import dataclass, field
+
+from ringfence.lab.agents.common import Handler, HttpClient, Status, base_parser, serve, server_context, stop_event
+
+_WORDS = ("the gradient of a loss flows back through every layer while the optimizer keeps its moments "
+          "and a scheduler warms the learning rate before the cosine decay of a long run").split()
+SHARD_BYTES = 128 << 10
+
+
+@functools.lru_cache(maxsize=64)
+def make_shard(job: str, n: int, size: int = SHARD_BYTES) -> bytes:
+    """A reproducible text shard of ``size`` bytes (cached: workers cycle through few shards)."""
+    rng = random.Random(f"{job}/{n}")
+    lines: list[bytes] = []
+    total = 0
+    i = 0
+    while total < size:
+        text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(12, 40)))
+        line = json.dumps({"id": f"{job}-{n}-{i}", "text": text}).encode() + b"\n"
+        lines.append(line)
+        total += len(line)
+        i += 1
+    return b"".join(lines)[:size]
+
+
+@dataclass
+class Store:
+    """The latest checkpoint per job and the replication queue."""
+
+    checkpoints: dict[str, bytes] = field(default_factory=dict)
+    outbox: queue.Queue[tuple[str, str, bytes]] = field(default_factory=queue.Queue)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class StorageHandler(Handler):
+    """Routes of the object server."""
+
+    def do_GET(self) -> None:
+        """Dataset shards, and a health check."""
+        parts = self.path.strip("/").split("/")
+        if parts == ["healthz"]:
+            self.reply_json(200, {"ok": True})
+            return
+        if len(parts) == 3 and parts[0] == "datasets" and parts[2].startswith("shard-"):
+            try:
+                n = int(parts[2].removeprefix("shard-"))
+            except ValueError:
+                self.reply_json(400, {"error": "shard number"})
+                return
+            self.reply(200, make_shard(parts[1], n), "application/x-ndjson")
+            self.server.status.count("shards_served")
+            return
+        self.reply_json(404, {"error": "not found"})
+
+    def do_PUT(self) -> None:
+        """Checkpoint writes, queued for replication."""
+        parts = self.path.strip("/").split("/")
+        if len(parts) < 3 or parts[0] != "checkpoints":
+            self.reply_json(404, {"error": "not found"})
+            return
+        data = self.body()
+        store: Store = self.server.state
+        job, name = parts[1], "/".join(parts[2:])
+        with store.lock:
+            store.checkpoints[job] = data
+        store.outbox.put((job, name, data))
+        self.server.status.count("checkpoints_stored")
+        self.server.status.count("checkpoint_bytes", len(data))
+        self.reply_json(201, {"stored": f"{job}/{name}", "bytes": len(data)})
+
+
+def _replicate(store: Store, client: HttpClient, replica_url: str, status: Status, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            job, name, data = store.outbox.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        url = f"{replica_url.rstrip('/')}/replica/{job}/{name}"
+        try:
+            code, _ = client.request("PUT", url, data, {"Content-Type": "application/octet-stream"})
+            status.count("replicated" if code < 300 else "replicate_rejected")
+        except OSError as exc:
+            status.error("replicate", exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGTERM."""
+    p = base_parser(__doc__ or "")
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--replica-url", default="", help="base URL of the off-site replica (empty: no replication)")
+    args = p.parse_args(argv)
+    stop = stop_event()
+    status = Status(args.status_file, "storage")
+    store = Store()
+    server = serve(args.bind, args.port, StorageHandler, server_context(args), status, store)
+    if args.replica_url:
+        threading.Thread(target=_replicate, args=(store, HttpClient(args), args.replica_url, status, stop),
+                         daemon=True).start()
+    status.set("ready", True)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    status.set("ready", False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

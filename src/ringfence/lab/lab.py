@@ -1,0 +1,475 @@
+"""A real miniature training cluster in Linux network namespaces.
+
+Topology (one lab; ``rfXXXX`` is its prefix)::
+
+    rfXXXX-worker-0 ─┐                      ┌─ rfXXXX-storage   (10.77.2.10, object store :8080)
+    rfXXXX-worker-1 ─┤ rfXXXX-b-wl  ┌─────┐ ├─ rfXXXX-mgmt      (10.77.3.10, job API :8000, sshd :22)
+    rfXXXX-aux      ─┘ 10.77.1.1    │fabric│ ├─ rfXXXX-user      (10.77.4.10)
+                                    │routes│ ├─ rfXXXX-jump      (10.77.5.10)
+                                    └─────┘ └─ rfXXXX-external  (10.77.9.10, replica sink :9000)
+
+Every bridge lives in the lab's own ``rfXXXX-fabric`` namespace, which routes between the zone
+subnets (each bridge's ``.1`` is that zone's gateway); nothing touches the host's network, and two
+labs never see each other. The lab starts "as found": plaintext everywhere, no filtering.
+
+Use it as a context manager so it is always torn down::
+
+    with Lab.up(workers=2, jobs=1) as lab:
+        lab.capture(8, Path("lab.pcap"))
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import ringfence
+from ringfence.lab import netns, procs, sshd
+from ringfence.lab.capture import run_capture
+from ringfence.lab.policy_text import render_policy
+from ringfence.lab.state import (
+    DEFAULT_ROOT,
+    LabState,
+    LabStateError,
+    ProcessRecord,
+    StatePaths,
+    TlsPaths,
+    add_namespace,
+    add_process,
+    create_state,
+    forget,
+    list_lab_names,
+    now_iso,
+    pidfile_pids,
+    read_state,
+    remove_processes,
+    set_phase,
+    set_tls,
+)
+from ringfence.lab.status import (
+    CaptureResult,
+    DownReport,
+    JobStatus,
+    LabStatus,
+    NodeStatus,
+    ProcessStatus,
+    ServiceStatus,
+    ZoneStatus,
+)
+from ringfence.lab.topology import LabError, Topology, build_topology
+from ringfence.targets.lab import NamespaceExecutor
+from ringfence.targets.ssh import SshExecutor
+
+_PKG_PARENT = str(Path(ringfence.__file__).resolve().parents[1])
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _listening(pid: int) -> set[int]:
+    """TCP ports in LISTEN state in the network namespace of ``pid`` (read from /proc, no traffic)."""
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class Lab:
+    """A running lab. Make one with :meth:`up` or find one with :meth:`attach`; end it with :meth:`down`."""
+
+    def __init__(self, topology: Topology, paths: StatePaths) -> None:
+        self.topology = topology
+        self.paths = paths
+        self._marker = f"{paths.directory}/"  # every process we start names a path under it
+
+    # ---------------------------------------------------------------- finding and making labs
+
+    @property
+    def name(self) -> str:
+        """The lab's name, which is also the prefix of its namespaces and links."""
+        return self.topology.prefix
+
+    @staticmethod
+    def names(root: Path = DEFAULT_ROOT) -> tuple[str, ...]:
+        """Names of every lab with a state file."""
+        return list_lab_names(root)
+
+    @classmethod
+    def attach(cls, name: str | None = None, *, root: Path = DEFAULT_ROOT) -> Lab:
+        """The lab called ``name``; without a name, the only lab there is."""
+        if name is None:
+            names = list_lab_names(root)
+            if not names:
+                raise LabError("no lab is running", hint="ringfence lab up")
+            if len(names) > 1:
+                raise LabError(f"several labs are running: {', '.join(names)}", hint="pass --name")
+            name = names[0]
+        paths = StatePaths(root, name)
+        state = read_state(paths)
+        return cls(build_topology(name, state.workers, state.jobs), paths)
+
+    @classmethod
+    def up(
+        cls,
+        workers: int = 2,
+        jobs: int = 1,
+        name: str | None = None,
+        *,
+        traffic: bool = True,
+        wait: bool = True,
+        root: Path = DEFAULT_ROOT,
+        timeout: float = 90.0,
+    ) -> Lab:
+        """Build a lab, start its services and (unless ``traffic=False``) its traffic.
+
+        With ``wait``, returns once every traffic class has been seen flowing (see
+        :meth:`wait_for_traffic`). On any failure, everything made so far is removed again.
+        """
+        netns.require_privileges()
+        name = name or cls._fresh_name(root)
+        topo = build_topology(name, workers, jobs)  # validates before anything is created
+        paths = StatePaths(root, name)
+        create_state(paths, LabState(prefix=name, workers=workers, jobs=jobs, created=now_iso()))
+        lab = cls(topo, paths)
+        try:
+            lab._build()
+            lab.start_services()
+            set_phase(paths, "up")
+            if traffic:
+                lab.start_traffic(wait=wait, timeout=timeout)
+        except BaseException:
+            lab.down()
+            raise
+        return lab
+
+    @staticmethod
+    def _fresh_name(root: Path) -> str:
+        taken = set(list_lab_names(root))
+        spaces = netns.list_namespaces()
+        for _ in range(100):
+            name = f"rf{secrets.token_hex(2)}"
+            if name not in taken and not any(ns.startswith(f"{name}-") for ns in spaces):
+                return name
+        raise LabError("could not find a free lab name", hint="ringfence lab down --all")
+
+    def _build(self) -> None:
+        topo = self.topology
+        for d in (self.paths.directory, self.paths.pid_dir, self.paths.log_dir, self.paths.status_dir):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for ns in (topo.fabric_namespace, *(topo.namespace(n) for n in topo.node_names())):
+            add_namespace(self.paths, ns)  # recorded first: a crash right after creating still leaves a record
+            netns.add_namespace(ns)
+        netns.build_fabric(topo)
+        sshd.prepare(self.paths.directory / "ssh", topo.address("mgmt"))
+
+    # ---------------------------------------------------------------- processes
+
+    def _spawn(self, node: str, label: str, kind: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        pidfile = self.paths.pid_dir / f"{label}.pid"
+        log = self.paths.log_dir / f"{label}.log"
+        environ = {"PYTHONPATH": _PKG_PARENT, "PYTHONUNBUFFERED": "1", **(env or {})}
+        ns = self.topology.fabric_namespace if node == "fabric" else self.topology.namespace(node)
+        pid = procs.spawn(ns, argv, pidfile=pidfile, log=log, env=environ)
+        add_process(self.paths, ProcessRecord(pid, label, node, kind, tuple(argv)))
+        return pid
+
+    def _agent(self, node: str, agent: str, kind: str, args: list[str], env: dict[str, str] | None = None) -> int:
+        status_file = self.paths.status_dir / f"{node}-{agent}.json"
+        status_file.unlink(missing_ok=True)  # a restarted agent must not look ready from its predecessor's file
+        tls = read_state(self.paths).tls.get(node)
+        tls_args = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
+        argv = [sys.executable, "-m", f"ringfence.lab.agents.{agent}", "--status-file", str(status_file),
+                *tls_args, *args]
+        return self._spawn(node, f"{node}-{agent}", kind, argv, env)
+
+    def _scheme(self, node: str) -> str:
+        return "https" if node in read_state(self.paths).tls else "http"
+
+    def _stop_kind(self, kinds: set[str]) -> None:
+        state = read_state(self.paths)
+        pids = {p.pid for p in state.processes if p.kind in kinds}
+        _, left = procs.stop(pids, self._marker)
+        if left:
+            raise LabError(f"processes {sorted(left)} of lab {self.name} did not stop")
+        self._forget(pids)
+
+    def start_services(self, tls: dict[str, TlsPaths] | None = None) -> None:
+        """Start the servers (object store, job API, sshd, replica sink) and wait until they listen.
+
+        ``tls`` maps node names to certificate/key/CA paths; those nodes' HTTP agents then speak TLS
+        1.3 with mutual authentication (and clients on those nodes use it too). It is remembered, so
+        traffic started later uses the same setting. Servers already running are stopped first.
+        """
+        if tls is not None:
+            set_tls(self.paths, tls)
+        self._stop_kind({"service"})
+        topo = self.topology
+        ssh_dir = sshd.SshMaterial(self.paths.directory / "ssh")
+        replica = f"{self._scheme('storage')}://{topo.address('external')}:9000"
+        self._agent("storage", "storage", "service", ["--port", "8080", "--replica-url", replica])
+        self._agent("mgmt", "mgmt", "service", ["--port", "8000"])
+        self._agent("external", "replica", "service", ["--port", "9000"])
+        self._spawn("mgmt", "mgmt-sshd", "service", sshd.sshd_argv(ssh_dir))
+        self._wait_listening({"storage": {8080}, "mgmt": {8000, 22}, "external": {9000}}, timeout=30)
+
+    def stop_services(self) -> None:
+        """Stop the servers."""
+        self._stop_kind({"service"})
+
+    def _wait_listening(self, wanted: dict[str, set[int]], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        missing: dict[str, set[int]] = dict(wanted)
+        while missing and time.monotonic() < deadline:
+            state = read_state(self.paths)
+            for node in list(missing):
+                listening: set[int] = set()
+                for p in state.processes:
+                    if p.node != node:
+                        continue
+                    if not procs.is_alive(p.pid):
+                        raise LabError(f"{p.label} exited during start-up:\n{_log_tail(self._log(p.label))}")
+                    listening |= _listening(p.pid)
+                if missing[node] <= listening:
+                    del missing[node]
+            if missing:
+                time.sleep(0.1)
+        if missing:
+            raise LabError(f"services did not start listening within {timeout:.0f}s: {missing}")
+
+    def _log(self, label: str) -> Path:
+        return self.paths.log_dir / f"{label}.log"
+
+    def start_traffic(self, *, wait: bool = True, timeout: float = 90.0) -> None:
+        """Start the clients: all-reduce ranks, job submissions, admin ssh, telemetry and lateral attempts."""
+        self._stop_kind({"traffic"})
+        topo = self.topology
+        storage = f"{topo.address('storage')}:8080"
+        mgmt = f"{topo.address('mgmt')}:8000"
+        for job in topo.jobs:
+            master = topo.address(job.members[0])
+            for rank, node in enumerate(job.members):
+                self._agent(
+                    node, "worker", "traffic",
+                    ["--job", job.name, "--rank", str(rank), "--world", str(len(job.members)),
+                     "--master-addr", master, "--master-port", str(job.master_port),
+                     "--storage", storage, "--mgmt", mgmt],
+                    env={"GLOO_SOCKET_IFNAME": topo.interface(node), "OMP_NUM_THREADS": "1"},
+                )
+        self._agent("user", "user", "traffic", ["--mgmt", mgmt])
+        ssh_dir = sshd.SshMaterial(self.paths.directory / "ssh")
+        self._agent("jump", "jump", "traffic",
+                    ["--target", topo.address("mgmt"), "--user", sshd.LOGIN_USER, "--key", str(ssh_dir.admin_key),
+                     "--known-hosts", str(ssh_dir.known_hosts)])
+        self._agent("aux", "aux", "traffic",
+                    ["--mgmt", mgmt, "--storage", storage, "--ssh", f"{topo.address('mgmt')}:22"])
+        if wait:
+            self.wait_for_traffic(timeout)
+
+    def stop_traffic(self) -> None:
+        """Stop every client."""
+        self._stop_kind({"traffic"})
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        """Every agent's latest status file (``<node>-<agent>`` → counters, readiness, last error)."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in sorted(self.paths.status_dir.glob("*.json")):
+            try:
+                out[f.stem] = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue  # being replaced right now; the next read sees the new one
+        return out
+
+    def _traffic_gaps(self) -> list[str]:
+        st = self.agent_status()
+
+        def count(agent: str, counter: str) -> int:
+            return int(st.get(agent, {}).get("counters", {}).get(counter, 0))
+
+        gaps = [f"{w}: no all-reduce step" for j in self.topology.jobs for w in j.members
+                if count(f"{w}-worker", "steps") < 1]
+        gaps += [f"{w}: no progress report" for j in self.topology.jobs for w in j.members
+                 if count(f"{w}-worker", "reports") < 1]
+        checks = [("storage-storage", "replicated", "no checkpoint replicated to external"),
+                  ("user-user", "jobs_submitted", "no job submitted"),
+                  ("jump-jump", "ssh_ok", "no admin ssh session"),
+                  ("aux-aux", "metrics_sent", "no telemetry")]
+        gaps += [f"{a.split('-')[0]}: {why}" for a, c, why in checks if count(a, c) < 1]
+        return gaps
+
+    def wait_for_traffic(self, timeout: float = 90.0) -> None:
+        """Block until all four classes have flowed at least once; :class:`LabError` with the reasons otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            gaps = self._traffic_gaps()
+            if not gaps:
+                return
+            state = read_state(self.paths)
+            dead = [p for p in state.processes if not procs.is_alive(p.pid)]
+            if dead or time.monotonic() > deadline:
+                st = self.agent_status()
+                errors = {k: v.get("last_error") for k, v in st.items() if v.get("last_error")}
+                logs = "\n".join(f"--- {p.label} exited:\n{_log_tail(self._log(p.label))}" for p in dead)
+                raise LabError(f"traffic of lab {self.name} is not flowing: {'; '.join(gaps)}"
+                               f"{'; errors: ' + str(errors) if errors else ''}{chr(10) + logs if logs else ''}")
+            time.sleep(0.2)
+
+    # ---------------------------------------------------------------- using a lab
+
+    def executor(self, node: str) -> NamespaceExecutor:
+        """An executor that runs commands inside ``node``'s namespace."""
+        return NamespaceExecutor(node, self.topology.namespace(node))
+
+    def ssh_executor(self, source: str = "jump", target: str = "mgmt") -> SshExecutor:
+        """An OpenSSH executor reaching ``target``'s sshd from ``source``'s namespace with the admin key."""
+        if target != "mgmt":
+            raise LabError(f"only mgmt runs sshd in the lab, not {target!r}")
+        m = sshd.SshMaterial(self.paths.directory / "ssh")
+        return SshExecutor(self.topology.address(target), user=sshd.LOGIN_USER, key=m.admin_key,
+                           known_hosts=m.known_hosts, name=target,
+                           prefix=("ip", "netns", "exec", self.topology.namespace(source)))
+
+    def capture(self, seconds: float, out_path: Path, *, snaplen: int = 256) -> CaptureResult:
+        """Capture every packet entering the fabric from any node for ``seconds``, into ONE pcap at ``out_path``.
+
+        One tcpdump per fabric-side port, inbound only, merged by time with ``mergecap``: each
+        packet is recorded exactly once, where it left its sender — bridged (same-zone) and routed
+        traffic alike. ``snaplen`` bytes per packet are kept (0: whole packets).
+        """
+        topo = self.topology
+        ports = tuple(topo.port(n) for n in topo.node_names())
+        return run_capture(
+            ports, seconds, Path(out_path), snaplen=snaplen,
+            work_dir=self.paths.directory / "capture", log_dir=self.paths.log_dir,
+            spawn=lambda label, argv: self._spawn("fabric", label, "capture", argv),
+            stop=lambda pids: self._stop_capture(pids),
+        )
+
+    def _stop_capture(self, pids: set[int]) -> None:
+        procs.stop(pids, self._marker)
+        self._forget(pids)
+
+    def _forget(self, pids: set[int]) -> None:
+        """Drop stopped processes from the record, and their pid files, so down() sees nothing stale."""
+        for rec in read_state(self.paths).processes:
+            if rec.pid in pids:
+                (self.paths.pid_dir / f"{rec.label}.pid").unlink(missing_ok=True)
+        remove_processes(self.paths, pids)
+
+    def policy_yaml(self) -> str:
+        """The as-found policy of this lab (shape of ``examples/lab-policy.yaml``)."""
+        return render_policy(self.topology)
+
+    def status(self) -> LabStatus:
+        """A snapshot: namespaces present, processes alive, ports listening."""
+        state = read_state(self.paths)
+        topo = self.topology
+        present = netns.list_namespaces()
+        alive = {p.pid: procs.is_ours(p.pid, self._marker) for p in state.processes}
+        nodes = []
+        for n in topo.nodes:
+            mine = [p for p in state.processes if p.node == n.name]
+            listening: set[int] = set()
+            for p in mine:
+                if alive[p.pid]:
+                    listening |= _listening(p.pid)
+            services = tuple(
+                ServiceStatus(s.name, s.port, "tcp", s.traffic_class, s.application, s.admin,
+                              s.application == "http" and n.name in state.tls, s.port in listening)
+                for s in topo.services if s.node == n.name
+            )
+            nodes.append(NodeStatus(
+                name=n.name, namespace=topo.namespace(n.name), zone=n.zone, interface=topo.interface(n.name),
+                addresses=(n.address,), gateway=topo.zone(n.zone).gateway(), roles=n.roles, identity=n.identity,
+                present=topo.namespace(n.name) in present, services=services,
+                processes=tuple(ProcessStatus(p.label, p.pid, p.kind, alive[p.pid]) for p in mine),
+            ))
+        return LabStatus(
+            name=self.name, phase=state.phase, created=state.created, fabric_namespace=topo.fabric_namespace,
+            state_file=self.paths.state_file, directory=self.paths.directory, workers=topo.workers,
+            zones=tuple(ZoneStatus(z.name, z.subnet, topo.bridge(z.name), z.gateway(), z.trust) for z in topo.zones),
+            nodes=tuple(nodes),
+            jobs=tuple(JobStatus(j.name, j.members, topo.address(j.members[0]), j.master_port) for j in topo.jobs),
+            traffic_running=any(alive[p.pid] for p in state.processes if p.kind == "traffic"),
+        )
+
+    # ---------------------------------------------------------------- tearing down
+
+    def down(self) -> DownReport:
+        """Stop every recorded process, delete every namespace (and with it every link), forget the lab."""
+        return down_lab(self.name, root=self.paths.root)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.down()
+
+
+def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
+    """Remove lab ``name`` completely, from whatever its state file and pid files record.
+
+    Works on a half-built lab, after the creating process was killed, and when some of its parts
+    were already deleted by hand. Only processes recorded by this lab are signalled.
+    """
+    paths = StatePaths(root, name)
+    marker = f"{paths.directory}/"
+    try:
+        state: LabState | None = read_state(paths)
+        set_phase(paths, "deleting")
+    except LabStateError:
+        state = None  # a damaged record: fall back to pid files and the namespace names
+    except LabError:
+        if not paths.directory.exists():
+            raise
+        state = None
+    records = state.processes if state else ()
+    by_kind = [{p.pid for p in records if p.kind != "service"}, {p.pid for p in records if p.kind == "service"}]
+    by_kind[1] |= set(pidfile_pids(paths)) - by_kind[0]
+    stopped: list[int] = []
+    leftovers: set[int] = set()
+    for group in by_kind:  # clients first, so servers do not log a storm of broken connections
+        ended, left = procs.stop(group, marker)
+        leftovers |= left
+        stopped += sorted(ended)
+    spaces = set(state.namespaces if state else ())
+    spaces |= {ns for ns in netns.list_namespaces() if ns.startswith(f"{name}-")}
+    # processes we did not record (none should exist) keep a deleted namespace alive: report, never kill
+    strays = {pid for ns in spaces for pid in netns.namespace_pids(ns) if procs.is_alive(pid)}
+    deleted = tuple(sorted(ns for ns in spaces if netns.delete_namespace(ns)))
+    if leftovers:
+        raise LabError(f"lab {name}: processes {sorted(leftovers)} did not stop; nothing else was kept back",
+                       hint=f"check them, then run: ringfence lab down --name {name}")
+    try:
+        shutil.rmtree(paths.directory, ignore_errors=False)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise LabError(f"cannot remove {paths.directory}: {exc.strerror or exc}") from exc
+    forget(paths)
+    return DownReport(name, tuple(stopped), deleted, tuple(sorted(strays - leftovers)))
+
+
+def down_all(*, root: Path = DEFAULT_ROOT) -> tuple[DownReport, ...]:
+    """Remove every lab that has a state file (and every namespace carrying such a lab's prefix)."""
+    return tuple(down_lab(n, root=root) for n in list_lab_names(root))
+
+
+__all__ = ["Lab", "down_all", "down_lab"]

@@ -1,0 +1,143 @@
+"""The as-found policy of a lab, as YAML text in the shape of ``examples/lab-policy.yaml``.
+
+Written line by line rather than through ``yaml.dump`` so the output reads like the hand-written
+example (one flow mapping per node, service and approved flow) and diffs cleanly against it. Every
+string is emitted JSON-quoted, which YAML reads as a double-quoted scalar, so no name can change type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from ringfence.lab.topology import Topology
+
+_STANDARDS = (
+    ("NIST SP 800-207 Zero Trust Architecture", "2020-08", "2026-10-01"),
+    ("NIST SP 800-53 SC-7/SC-8", "rev5", "2026-10-01"),
+)
+
+_CONTROLS = (
+    ("zones", "netsec@lab", "nftables drop counters + captures", "EXC ticket, 30-day expiry"),
+    ("workload_identity", "platform-identity@lab", "TLS handshake logs", "EXC ticket"),
+    ("admin_paths", "sre@lab", "sshd auth log + captures", "break-glass procedure"),
+    ("storage_flows", "data-platform@lab", "storage access log + flows", "EXC ticket"),
+    ("training_traffic", "ml-platform@lab", "flows + probes", "EXC ticket"),
+    ("egress", "netsec@lab", "egress flow log", "EXC ticket, 30-day expiry"),
+    ("encryption_keys", "ml-platform-security@lab", "captures + key events", "risk acceptance by CISO"),
+    ("telemetry", "secops@lab", "flow telemetry pipeline", "EXC ticket"),
+    ("change_control", "change-board@lab", "evidence store", "CAB"),
+    ("containment", "secops@lab", "containment drills", "IR plan"),
+)
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)
+
+
+def _list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(_q(v) for v in values) + "]"
+
+
+def _map(pairs: Iterable[tuple[str, str]]) -> str:
+    # values arrive already rendered (quoted string, number, list or nested map)
+    return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
+
+
+def render_policy(topo: Topology) -> str:
+    """The intended-state policy describing ``topo`` as found: every real flow approved, nothing protected yet.
+
+    The classes still *require* protection: the policy states intent, and the lab starts out violating it.
+    """
+    out: list[str] = [
+        f"# The intended state of ringfence lab {topo.prefix} ({topo.workers} workers, {len(topo.jobs)} jobs).",
+        "# Addresses live only inside the lab's own network namespaces.",
+        "version: 1",
+        "cluster: lab",
+        "standards:",
+    ]
+    out += [f"  - {_map([('name', _q(n)), ('version', _q(v)), ('reviewed', d)])}" for n, v, d in _STANDARDS]
+    out.append("")
+    out.append("zones:")
+    for z in topo.zones:
+        pairs = [("name", _q(z.name))]
+        if z.trust != "internal":
+            pairs.append(("trust", _q(z.trust)))
+        pairs.append(("description", _q(z.description)))
+        out.append(f"  - {_map(pairs)}")
+    out.append("")
+    out.append("nodes:")
+    for n in topo.nodes:
+        pairs = [("name", _q(n.name)), ("zone", _q(n.zone)), ("addresses", _list([n.address]))]
+        if n.identity:
+            pairs.append(("identity", _q(n.identity)))
+        pairs.append(("roles", _list(n.roles)))
+        out.append(f"  - {_map(pairs)}")
+    out.append("")
+    out.append("jobs:")
+    for j in topo.jobs:
+        out += [
+            f"  - name: {_q(j.name)}",
+            f"    identity: {_q(f'spiffe://lab/job/{j.name}')}",
+            f"    members: {_list(j.members)}",
+            '    collective_ports: "1024-65535"',
+            "    backend: gloo",
+        ]
+    out.append("")
+    out.append("services:")
+    for s in topo.services:
+        pairs = [("name", _q(s.name)), ("node", _q(s.node)), ("port", str(s.port)), ("class", _q(s.traffic_class)),
+                 ("application", _q(s.application))]
+        if s.admin:
+            pairs.append(("admin", "true"))
+        out.append(f"  - {_map(pairs)}")
+    out.append("")
+    out.append("approved:")
+    for j in topo.jobs:
+        job = _map([("job", _q(j.name))])
+        out += [
+            f"  - {{id: {_q(j.name + '-collective')}, from: {job}, to: {job}, proto: tcp, ports: \"1024-65535\", "
+            f"class: collective,",
+            '     description: "gloo rendezvous and all-reduce between the job\'s ranks"}',
+            f"  - {{id: {_q(j.name + '-storage')}, from: {job}, to: {{service: \"storage-http\"}}, class: storage,",
+            '     description: "dataset shard reads and checkpoint writes"}',
+            f"  - {{id: {_q(j.name + '-report')}, from: {job}, to: {{service: \"mgmt-api\"}}, class: management,",
+            '     description: "ranks report progress to the job API"}',
+        ]
+    out += [
+        '  - {id: "aux-telemetry", from: {node: "aux"}, to: {service: "mgmt-api"}, class: management,',
+        '     description: "auxiliary telemetry pod pushes metrics"}',
+        '  - {id: "user-submit", from: {zone: "user"}, to: {service: "mgmt-api"}, class: management,',
+        '     description: "users submit jobs"}',
+        '  - {id: "admin-ssh", from: {node: "jump"}, to: {service: "mgmt-ssh"}, class: management,',
+        '     description: "administration only through the jump host"}',
+        '  - {id: "checkpoint-replication", from: {node: "storage"}, to: {service: "replica-sink"}, '
+        "class: replication,",
+        '     description: "checkpoints leave the cluster for the off-site replica"}',
+        "",
+        "classes:",
+        "  storage: {protection: required, layers: [tls]}",
+        "  collective:",
+        "    protection: required",
+        "    layers: [wireguard, macsec, ipsec, ringfence-transport]",
+        "    confidential: true",
+        '    decision_owner: "ml-platform-security@lab"',
+        '    rationale: "gradients of proprietary models reveal training data; treated as confidential"',
+        "  management: {protection: required, layers: [tls]}",
+        "  replication: {protection: required, layers: [tls]}",
+        "",
+        "budget: {busbw_loss_pct: 5, p99_growth_pct: 25, min_repeats: 3}",
+        "keys: {cert_lifetime: 24h, rotation: 12h, tunnel_rekey: 2m}",
+        "",
+        "exceptions: []",
+        "",
+        "controls:",
+    ]
+    out += [
+        f"  {cid}: {_map([('owner', _q(o)), ('log_source', _q(src)), ('exception_process', _q(p))])}"
+        for cid, o, src, p in _CONTROLS
+    ]
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["render_policy"]

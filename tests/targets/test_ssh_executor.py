@@ -1,0 +1,74 @@
+"""The OpenSSH executor against the lab's real sshd, from the jump host's namespace."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ringfence.lab import Lab
+from ringfence.targets.interface import TargetError
+from ringfence.targets.ssh import SshExecutor
+
+pytestmark = [pytest.mark.privileged]
+
+
+def test_runs_commands_on_mgmt_from_jump(lab: Lab) -> None:
+    ssh = lab.ssh_executor()
+    result = ssh.run(["ip", "-o", "-4", "addr", "show"], timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert b"10.77.3.10/24" in result.stdout  # the session runs on mgmt, not where the client is
+    assert result.argv[:4] == ("ip", "netns", "exec", f"{lab.name}-jump")
+    assert ssh.run(["uptime"]).returncode == 0
+    # arguments arrive intact (quoted once), environment and stdin pass through, exit codes too
+    assert ssh.run(["printf", "%s|", "a b", "$HOME", "'q'"]).stdout == b"a b|$HOME|'q'|"
+    assert ssh.run(["sh", "-c", 'echo "$RF_Y"'], env={"RF_Y": "z z"}).stdout == b"z z\n"
+    assert ssh.run(["cat"], stdin=b"over ssh").stdout == b"over ssh"
+    assert ssh.run(["sh", "-c", "exit 3"]).returncode == 3
+
+
+def test_copies_both_ways(lab: Lab, tmp_path: Path) -> None:
+    ssh = lab.ssh_executor()
+    src = tmp_path / "up.bin"
+    src.write_bytes(bytes(range(256)) * 64)
+    remote = f"/tmp/ringfence-ssh-test-{lab.name}.bin"
+    try:
+        ssh.copy_to(src, remote)
+        back = tmp_path / "sub" / "down.bin"
+        ssh.copy_from(remote, back)
+        assert back.read_bytes() == src.read_bytes()
+    finally:
+        ssh.run(["rm", "-f", remote])
+    with pytest.raises(TargetError, match="scp"):
+        ssh.copy_from("/nonexistent/file", tmp_path / "x")
+
+
+def test_spawned_remote_process_is_stopped_remotely(lab: Lab, tmp_path: Path) -> None:
+    ssh = lab.ssh_executor()
+    seconds = f"61.{time.monotonic_ns() % 10**6:06d}"  # an argument no other process has
+    proc = ssh.spawn(["sleep", seconds], stdout=tmp_path / "o", stderr=tmp_path / "e")
+    pattern = f"[s]leep {seconds}"  # so the remote shell running pgrep does not match itself
+    deadline = time.monotonic() + 15
+    while ssh.run(["pgrep", "-f", pattern]).returncode != 0:
+        assert time.monotonic() < deadline, (tmp_path / "e").read_text()
+        time.sleep(0.2)
+    proc.stop(timeout=3)
+    assert proc.poll() is not None
+    assert ssh.run(["pgrep", "-f", pattern]).returncode == 1  # nothing left on the remote side
+
+
+def test_wrong_key_or_unknown_host_fails_loudly(lab: Lab, tmp_path: Path) -> None:
+    good = lab.ssh_executor()
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    prefix = ("ip", "netns", "exec", f"{lab.name}-jump")
+    bad_key = SshExecutor(good.host, user=good.user, key=stranger, known_hosts=good.known_hosts, prefix=prefix)
+    with pytest.raises(TargetError, match="Permission denied"):
+        bad_key.run(["true"])
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    unknown = SshExecutor(good.host, user=good.user, key=good.key, known_hosts=empty, prefix=prefix)
+    with pytest.raises(TargetError, match="[Hh]ost key"):
+        unknown.run(["true"])
