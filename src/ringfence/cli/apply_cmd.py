@@ -1,0 +1,52 @@
+"""``ringfence apply POLICY --target lab [--audit] [--name LAB]`` and ``ringfence apply --rollback``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ringfence.errors import InputError
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from ringfence.enforce.apply import apply_policy, rollback
+    from ringfence.enforce.lab_points import lab_inventory, lab_points
+    from ringfence.evidence import EvidenceStore
+    from ringfence.evidence.store import default_store_path
+    from ringfence.lab import Lab
+    from ringfence.policy import load_policy
+
+    if args.target != "lab":
+        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be applied to here")
+    if not args.rollback and not args.policy:
+        raise InputError("apply", "give a POLICY file, or --rollback")
+    lab = Lab.attach(args.name)
+    store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
+    target = f"lab:{lab.name}"
+    if args.rollback:
+        version = rollback(lab_points(lab), store, target=target)
+    else:
+        policy = load_policy(args.policy)
+        version = apply_policy(policy, lab_points(lab), store, target=target, audit=args.audit,
+                               inventory=lab_inventory(lab))
+    print(f"{target}: {'rolled back to' if args.rollback else 'applied'} version {version.version[:16]} "
+          f"(evidence {version.evidence})", file=sys.stderr)
+    sys.stdout.write(json.dumps({"target": target, "version": version.version, "previous": version.previous,
+                                 "evidence": version.evidence, "scopes": list(version.scopes),
+                                 "audit": version.audit}, indent=2) + "\n")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``apply`` verb."""
+    p = sub.add_parser("apply", help="apply a policy's rulesets atomically to a target (or roll back)")
+    p.add_argument("policy", nargs="?", help="policy file (YAML)")
+    p.add_argument("--target", default="lab", help="where to apply (lab)")
+    p.add_argument("--name", help="the lab (optional when only one exists)")
+    p.add_argument("--audit", action="store_true", help="staged: count and log would-be drops, accept them")
+    p.add_argument("--rollback", action="store_true", help="restore the version applied before the current one")
+    p.add_argument("--evidence", help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
+    p.set_defaults(func=_apply)

@@ -1,0 +1,201 @@
+"""Apply a policy atomically to every enforcement point of a target, record each version, roll back.
+
+One nft transaction per node namespace plus one for the fabric (inet on the routed path, bridge on
+the zone bridges). Every ruleset is kernel-checked (``nft -c``) on its own host before any is
+committed; should a commit still fail part-way, the points already changed are put back to the
+previous version, so a failed apply changes nothing. Every applied version — its hash, time, the
+rendered bundle (as an artifact) and a diff against the previous version — goes into the evidence
+store; :func:`rollback` re-applies the version before the current one (or removes ringfence's tables
+when there was none).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringfence.enforce.interface import EnforceError, RenderOptions
+from ringfence.enforce.matrix import Matrix, resolve
+from ringfence.enforce.nftables import TABLE, enforced_nodes, render_fabric, render_node
+from ringfence.enforce.nftrun import NftError, check, delete_table, list_ruleset, load
+from ringfence.enforce.safety import check_policy
+from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.policy import Policy
+from ringfence.targets.interface import Executor
+
+SOURCE = "enforce.apply"
+FABRIC = "fabric"
+Bundle = dict[str, dict[str, Any]]  # scope ("fabric" or a node) → nft JSON document
+
+
+@dataclass(frozen=True)
+class AppliedVersion:
+    """One version applied (or rolled back to) on a target."""
+
+    target: str
+    version: str  # sha256 of the canonical bundle; "none" when ringfence's tables were removed
+    previous: str | None
+    evidence: str  # the action record's id
+    scopes: tuple[str, ...]
+    audit: bool
+
+
+def bundle_hash(bundle: Bundle) -> str:
+    """The version id: sha256 over the canonical JSON of every scope's ruleset."""
+    return hashlib.sha256(json.dumps(bundle, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def live_containment(fabric: Executor) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Addresses currently contained and the collectors they may reach, read from the fabric's live sets."""
+    out: list[tuple[str, ...]] = []
+    for name in ("contained", "collectors"):
+        res = fabric.run(["nft", "-j", "list", "set", "inet", TABLE, name], timeout=30)
+        elems: tuple[str, ...] = ()
+        if res.returncode == 0:
+            for obj in json.loads(res.stdout).get("nftables", []):
+                if "set" in obj:
+                    elems = tuple(str(e) for e in obj["set"].get("elem", []) if isinstance(e, str))
+        out.append(elems)
+    return out[0], out[1]
+
+
+def render_bundle(policy: Policy, scopes: Sequence[str], options: RenderOptions,
+                  matrix: Matrix | None = None) -> Bundle:
+    """Every scope's ruleset: ``fabric`` plus each node named in ``scopes``."""
+    m = matrix or resolve(policy)
+    bundle: Bundle = {}
+    for scope in scopes:
+        bundle[scope] = render_fabric(m, options) if scope == FABRIC else render_node(m, scope, options)
+    return bundle
+
+
+def _history(store: EvidenceStore, target: str) -> list[dict[str, Any]]:
+    return [r.data for r in store.records() if r.source == SOURCE and r.subject == f"target {target}"
+            and r.kind is RecordKind.ACTION and isinstance(r.data, dict)]
+
+
+def _bundle_from_store(store: EvidenceStore, blob: str) -> Bundle:
+    try:
+        data: Bundle = json.loads(store.blob_path(blob).read_bytes())
+    except (OSError, ValueError) as exc:
+        raise EnforceError(f"cannot read ruleset bundle {blob} from the evidence store: {exc}") from exc
+    return data
+
+
+def _diff(old: Bundle | None, new: Bundle | None) -> str:
+    def lines(b: Bundle | None) -> list[str]:
+        return json.dumps(b or {}, indent=1, sort_keys=True).splitlines()
+
+    return "\n".join(difflib.unified_diff(lines(old), lines(new), "previous", "new", lineterm="", n=1))
+
+
+def _remove(executors: Mapping[str, Executor]) -> None:
+    for scope, ex in executors.items():
+        delete_table(ex, "inet", TABLE)
+        if scope == FABRIC:
+            delete_table(ex, "bridge", TABLE)
+
+
+def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: Bundle | None) -> None:
+    """Load ``bundle`` (None: remove our tables) everywhere; on a failure restore ``fallback`` where changed."""
+    if bundle is None:
+        _remove(executors)
+        return
+    for scope, doc in bundle.items():
+        check(executors[scope], doc)  # every point checked before any is changed
+    done: list[str] = []
+    try:
+        for scope, doc in bundle.items():
+            load(executors[scope], doc)
+            done.append(scope)
+    except NftError:
+        for scope in done:
+            if fallback is not None and scope in fallback:
+                load(executors[scope], fallback[scope])
+            else:
+                _remove({scope: executors[scope]})
+        raise
+
+
+def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: dict[str, Any] | None,
+            action: str, audit: bool, extra: Mapping[str, Any] | None = None) -> AppliedVersion:
+    prev_bundle = _bundle_from_store(store, previous["bundle"]) if previous and previous.get("bundle") else None
+    blob = None
+    if bundle is not None:
+        raw = json.dumps(bundle, sort_keys=True, separators=(",", ":")).encode()
+        art = store.add_artifact(raw, f"ruleset-{bundle_hash(bundle)[:16]}.json", source=SOURCE)
+        blob = store.get(art).data["blob"]
+    version = bundle_hash(bundle) if bundle is not None else "none"
+    data = {
+        "action": action, "target": target, "version": version, "bundle": blob, "audit": audit,
+        "previous": previous["version"] if previous else None, "scopes": sorted(bundle or {}),
+        "diff": _diff(prev_bundle, bundle)[:200_000], **(extra or {}),
+    }
+    ev = store.append(RecordKind.ACTION, SOURCE, f"target {target}", data,
+                      {"ruleset": blob} if blob else None)
+    return AppliedVersion(target, version, data["previous"], ev, tuple(data["scopes"]), audit)
+
+
+def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
+                 audit: bool = False, inventory: Mapping[str, Sequence[str]] | None = None,
+                 collectors: tuple[str, ...] = ()) -> AppliedVersion:
+    """Check, render, commit and record ``policy`` on every scope in ``executors`` (``fabric`` + nodes)."""
+    matrix = resolve(policy)
+    check_policy(policy, matrix, inventory)
+    missing = [n for n in enforced_nodes(matrix) if n not in executors]
+    if FABRIC not in executors or missing:
+        raise EnforceError(f"target {target} lacks enforcement points: {', '.join([*missing, FABRIC][:10])}")
+    contained, live_collectors = live_containment(executors[FABRIC])
+    options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors)
+    bundle = render_bundle(policy, [FABRIC, *enforced_nodes(matrix)], options, matrix)
+    history = _history(store, target)
+    previous = history[-1] if history else None
+    prev_bundle = _bundle_from_store(store, previous["bundle"]) if previous and previous.get("bundle") else None
+    _commit({s: executors[s] for s in bundle}, bundle, prev_bundle)
+    return _record(store, target, bundle, previous, "apply", audit,
+                   {"policy_cluster": policy.cluster, "flows": len(matrix.flows)})
+
+
+def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target: str) -> AppliedVersion:
+    """Restore the version applied before the current one (none before it: remove ringfence's tables)."""
+    history = _history(store, target)
+    if not history:
+        raise EnforceError(f"nothing was applied to target {target}; there is nothing to roll back",
+                           hint="ringfence apply POLICY --target lab")
+    current = history[-1]
+    # the version in force before the current one: walk back past versions equal to the current
+    earlier = [h for h in history[:-1] if h["version"] != current["version"]]
+    wanted = earlier[-1] if earlier else None
+    bundle = _bundle_from_store(store, wanted["bundle"]) if wanted and wanted.get("bundle") else None
+    cur_bundle = _bundle_from_store(store, current["bundle"]) if current.get("bundle") else None
+    scopes = set(executors) if bundle is None else set(bundle)
+    _commit({s: executors[s] for s in scopes if s in executors}, bundle, cur_bundle)
+    return _record(store, target, bundle, current, "rollback", bool(wanted and wanted.get("audit")))
+
+
+def live_rulesets(executors: Mapping[str, Executor]) -> dict[str, Any]:
+    """``Facts.ruleset``: each point's live ringfence tables (with counters), as nft lists them."""
+    out: dict[str, Any] = {}
+    for scope, ex in executors.items():
+        entry = {"inet": list_ruleset(ex, family="inet", table=TABLE)}
+        if scope == FABRIC:
+            entry["bridge"] = list_ruleset(ex, family="bridge", table=TABLE)
+        out[scope] = entry
+    return out
+
+
+__all__ = [
+    "FABRIC",
+    "AppliedVersion",
+    "Bundle",
+    "apply_policy",
+    "bundle_hash",
+    "live_containment",
+    "live_rulesets",
+    "render_bundle",
+    "rollback",
+]

@@ -1,0 +1,112 @@
+"""Reachability probes through an executor, and the proof that a denial was caused by policy.
+
+A probe is a tiny stdlib-only Python program run on the source host (``python3 -c``), so it works the
+same in a lab namespace and over SSH. It binds its own source port first and reports it, which lets
+the proof find *its* packet: every ringfence drop rule is preceded by an update of the dynamic set
+``denied`` keyed by (saddr, daddr, proto, sport, dport) with a per-element counter. A deny counts as
+proven only when the probe timed out or was reset AND that element's counter moved during the probe.
+A refused connection (closed port) proves nothing and never counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringfence.enforce.nftables import TABLE
+from ringfence.enforce.nftrun import NftError
+from ringfence.targets.interface import Executor
+
+_PROBE_PY = r"""
+import json, socket, sys
+a = json.loads(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("0.0.0.0", 0))
+out = {"sport": s.getsockname()[1], "app": None, "detail": ""}
+s.settimeout(a["timeout"])
+try:
+    s.connect((a["host"], a["port"]))
+    out["outcome"] = "connected"
+except socket.timeout:
+    out["outcome"] = "timeout"
+except ConnectionRefusedError:
+    out["outcome"] = "refused"
+except ConnectionResetError:
+    out["outcome"] = "reset"
+except OSError as e:
+    out["outcome"] = "error"
+    out["detail"] = f"{type(e).__name__}: {e}"
+if out["outcome"] == "connected" and a["app"]:
+    try:
+        if a["app"] in ("http", "https"):
+            s.sendall(b"GET / HTTP/1.0\r\nHost: " + a["host"].encode() + b"\r\n\r\n")
+        data = s.recv(64)
+        out["app"] = data.startswith(b"SSH-") if a["app"] == "ssh" else data.startswith(b"HTTP/")
+        if a["app"] == "https":
+            out["app"] = data[:1] == b"\x15" or data[:1] == b"\x16"  # a TLS server answers plaintext with an alert
+        out["detail"] = repr(data[:24])
+    except OSError as e:
+        out["app"] = False
+        out["detail"] = f"{type(e).__name__}: {e}"
+s.close()
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class RawProbe:
+    """What the probe program saw: the outcome, its source port, and the application exchange."""
+
+    outcome: str  # connected | timeout | refused | reset | error
+    sport: int
+    app_ok: bool | None  # None: no application exchange attempted
+    detail: str
+
+
+def tcp_probe(executor: Executor, host: str, port: int, *, app: str = "", timeout: float = 2.0) -> RawProbe:
+    """Connect from ``executor``'s host to ``host:port``; with ``app`` (http, https, ssh) also exchange a greeting."""
+    args = json.dumps({"host": host, "port": port, "timeout": timeout, "app": app})
+    res = executor.run(["python3", "-c", _PROBE_PY, args], timeout=timeout + 15)
+    if res.returncode != 0 or res.timed_out:
+        return RawProbe("error", 0, None, res.stderr.decode(errors="replace").strip()[-300:] or "probe did not run")
+    try:
+        data: dict[str, Any] = json.loads(res.stdout)
+    except ValueError:
+        return RawProbe("error", 0, None, f"unreadable probe output {res.stdout[:80]!r}")
+    return RawProbe(str(data["outcome"]), int(data["sport"]), data["app"], str(data["detail"]))
+
+
+def _elements(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for obj in doc.get("nftables", []):
+        st = obj.get("set")
+        if st:
+            out += [e["elem"] for e in st.get("elem", []) if isinstance(e, dict) and "elem" in e]
+    return out
+
+
+def denied_packets(executors: Sequence[Executor], saddr: str, daddr: str, sport: int, dport: int,
+                   proto: str = "tcp") -> tuple[int, list[str]]:
+    """Packets recorded in the ``denied`` sets for exactly this (saddr, daddr, proto, sport, dport), summed over
+    the given hosts and both families; and where they were seen (``host/family``)."""
+    total, where = 0, []
+    for ex in executors:
+        for family in ("inet", "bridge"):
+            res = ex.run(["nft", "-j", "list", "set", family, TABLE, "denied"], timeout=30)
+            if res.returncode != 0:
+                err = res.stderr.decode(errors="replace")
+                if "No such file or directory" in err:
+                    continue  # this host has no such table (a node has no bridge table)
+                raise NftError(f"{ex.name}: cannot read the denied set: {err.strip()[:500]}")
+            for e in _elements(json.loads(res.stdout)):
+                if e.get("val", {}).get("concat") == [saddr, daddr, proto, sport, dport]:
+                    n = int(e.get("counter", {}).get("packets", 0))
+                    if n:
+                        total += n
+                        where.append(f"{ex.name}/{family}")
+    return total, where
+
+
+__all__ = ["RawProbe", "denied_packets", "tcp_probe"]
