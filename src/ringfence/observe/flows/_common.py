@@ -1,0 +1,300 @@
+"""Shared plumbing of the text and datagram flow readers (Zeek, Hubble, VPC, NetFlow/IPFIX).
+
+Everything here is columnar: files are read in large blocks, lines are located with numpy, and
+values are converted with Arrow compute kernels. Python only ever loops over *distinct* values
+(addresses) or over the few lines that turned out to be bad.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ringfence.observe.flows.interface import FlowSourceError, ProgressFn
+from ringfence.observe.schema import TS
+
+#: Warnings kept per file; the rest are only counted (a hostile file must not flood the terminal).
+MAX_WARNINGS: Final = 20
+#: Bytes read per block: large enough for the Arrow parsers to be efficient, small enough to bound memory.
+BLOCK_SIZE: Final = 16 << 20
+
+#: IP protocol numbers by the names flow logs use.
+PROTO_NUMBERS: Final[dict[str, int]] = {
+    "icmp": 1,
+    "igmp": 2,
+    "tcp": 6,
+    "udp": 17,
+    "gre": 47,
+    "esp": 50,
+    "ah": 51,
+    "icmp6": 58,
+    "icmpv6": 58,
+    "ipv6-icmp": 58,
+    "sctp": 132,
+}
+
+
+class WarningLog:
+    """Collects per-file warnings, keeping the first :data:`MAX_WARNINGS` and counting the rest."""
+
+    def __init__(self) -> None:
+        self._kept: list[str] = []
+        self._dropped = 0
+
+    def add(self, message: str) -> None:
+        """Record one warning."""
+        if len(self._kept) < MAX_WARNINGS:
+            self._kept.append(message)
+        else:
+            self._dropped += 1
+
+    def freeze(self) -> tuple[str, ...]:
+        """The kept warnings, plus one line counting those not shown."""
+        if self._dropped:
+            return (*self._kept, f"... and {self._dropped} more warnings not shown")
+        return tuple(self._kept)
+
+
+def os_error(path: Path, exc: OSError) -> FlowSourceError:
+    """Translate an OS error on ``path`` into the family's error."""
+    return FlowSourceError(str(path), f"cannot read: {exc.strerror or exc}")
+
+
+def read_head(path: Path, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of ``path`` (for sniffing), as a :class:`FlowSourceError` on failure."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(size)
+    except OSError as exc:
+        raise os_error(path, exc) from exc
+
+
+def iter_line_blocks(
+    path: Path, *, progress: ProgressFn | None = None, block_size: int = BLOCK_SIZE
+) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(number of the block's first line, block)``; every block but the last ends with ``\\n``.
+
+    A single line longer than ``block_size`` is carried over until it ends, so a hostile huge line
+    costs memory proportional to that line only.
+    """
+    try:
+        total = path.stat().st_size
+        with path.open("rb") as fh:
+            done = 0
+            line_no = 1
+            carry = b""
+            while True:
+                chunk = fh.read(block_size)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+                if not chunk:
+                    if carry:
+                        yield line_no, carry
+                    return
+                buf = carry + chunk
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = buf
+                    continue
+                block, carry = buf[:cut], buf[cut:]
+                yield line_no, block
+                line_no += block.count(b"\n")
+    except OSError as exc:
+        raise os_error(path, exc) from exc
+
+
+def line_spans(buf: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Start and end offsets (end excludes ``\\n`` and a trailing ``\\r``) of every line in ``buf``."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 0x0A).astype(np.int64)
+    if arr.size and arr[-1] != 0x0A:
+        nl = np.append(nl, arr.size)
+    starts = np.concatenate(([0], nl[:-1] + 1)).astype(np.int64) if nl.size else np.zeros(0, np.int64)
+    ends = nl.copy()
+    has_cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 0x0D) if arr.size else np.zeros(0, bool)
+    ends[has_cr] -= 1
+    return starts, ends
+
+
+def count_per_line(
+    buf: bytes, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], byte: int
+) -> npt.NDArray[np.int64]:
+    """How often ``byte`` occurs in each line (vectorised with a prefix sum)."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    # Positions of the byte, then two binary searches per line: no per-byte prefix sum to hold.
+    pos = np.flatnonzero(arr == byte)
+    return np.asarray(np.searchsorted(pos, ends) - np.searchsorted(pos, starts), dtype=np.int64)
+
+
+def join_lines(buf: bytes, starts: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_]) -> bytes:
+    """The kept lines of ``buf`` (``starts`` from :func:`line_spans`), newline-terminated.
+
+    Works on runs of consecutive kept lines, so the usual block (all lines kept but a header or
+    a few bad ones) costs one slice per run, not a pass over every byte.
+    """
+    if not keep.any():
+        return b""
+    stops = np.append(starts[1:], len(buf))  # a line runs to the next line's start: its break comes along
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], keep, [False])).astype(np.int8)))
+    run_starts, run_ends = edges[0::2], edges[1::2] - 1
+    view = memoryview(buf)
+    out = b"".join(view[int(starts[a]) : int(stops[b])] for a, b in zip(run_starts, run_ends, strict=True))
+    return out if out.endswith(b"\n") else out + b"\n"
+
+
+def canonical_ips(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Canonical text form of IP addresses and a mask of the valid ones (Python only per distinct value)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    arr = arr.cast(pa.string())
+    enc = pc.dictionary_encode(arr)
+    dictionary = enc.dictionary.to_pylist()
+    canon: list[str | None] = []
+    for text in dictionary:
+        try:
+            canon.append(str(ipaddress.ip_address(text.strip())))
+        except ValueError:
+            canon.append(None)
+    mapped = pa.DictionaryArray.from_arrays(enc.indices, pa.array(canon, pa.string())).cast(pa.string())
+    valid = np.asarray(mapped.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    return mapped, valid
+
+
+def parse_uint(col: pa.Array, limit: int) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Decimal text → int64 (null where unset), and a mask of values that are present but not valid.
+
+    Values must be plain decimal digits and at most ``limit``; anything else is flagged, not guessed.
+    """
+    text = col.cast(pa.string())
+    try:
+        # Fast path: every present value is a plain integer (the usual, well-formed file).
+        fast = text.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        fast = None
+    if fast is not None and not pc.any(pc.match_substring(text, "+")).as_py():
+        good = pc.and_(pc.greater_equal(fast, 0), pc.less_equal(fast, limit))
+        out = pc.if_else(good, fast, pa.scalar(None, pa.int64()))
+        bad = pc.invert(pc.fill_null(good, True))
+        return out, np.asarray(bad.to_numpy(zero_copy_only=False), dtype=bool)
+    text = pc.utf8_trim_whitespace(text)
+    ok = pc.match_substring_regex(text, r"^[0-9]{1,19}$")
+    present = pc.is_valid(text)
+    clean = pc.if_else(ok, text, None)
+    values = clean.cast(pa.decimal128(20, 0)).cast(pa.float64())  # 19 digits may exceed int64
+    in_range = pc.less_equal(values, float(limit))
+    good = pc.and_kleene(ok, in_range)
+    out = pc.if_else(good, clean, None).cast(pa.int64())
+    bad = pc.and_(present, pc.invert(pc.fill_null(good, False)))
+    return out, np.asarray(bad.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def epoch_seconds_to_ts(col: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Epoch seconds as text or float (``1521911721.255387``) → UTC timestamps; mask of unparsable ones.
+
+    Text is converted exactly (integer and fraction separately): a float64 cannot hold nanoseconds
+    since 1970, so floats (JSON) are rounded to the microsecond Zeek writes.
+    """
+    if pa.types.is_floating(col.type) or pa.types.is_integer(col.type):
+        secs = col.cast(pa.float64())
+        secs = pc.if_else(pc.and_(pc.greater_equal(secs, 0.0), pc.less(secs, 1e12)), secs, None)
+        micros = pc.round(pc.multiply(secs, 1e6)).cast(pa.int64())
+        bad = np.asarray(pc.and_(pc.is_valid(col), pc.is_null(micros)).to_numpy(zero_copy_only=False), dtype=bool)
+        return pc.multiply(micros, 1000).cast(TS), bad
+    text = pc.utf8_trim_whitespace(col.cast(pa.string()))
+    ok = pc.match_substring_regex(text, r"^[0-9]{1,12}(\.[0-9]{0,9})?$")
+    good = pc.if_else(ok, text, None)
+    parts = pc.split_pattern(good, ".")
+    whole = pc.list_element(parts, 0).cast(pa.int64())
+    frac_text = pc.utf8_rpad(pc.fill_null(_second(parts), ""), 9, "0")
+    frac = frac_text.cast(pa.int64())
+    nanos = pc.add(pc.multiply(whole, 1_000_000_000), frac)
+    bad = np.asarray(
+        pc.and_(pc.is_valid(text), pc.invert(pc.fill_null(ok, False))).to_numpy(zero_copy_only=False), dtype=bool
+    )
+    return nanos.cast(TS), bad
+
+
+def _second(parts: pa.Array) -> pa.Array:
+    """The second element of each list, null where there is none."""
+    has_two = pc.greater_equal(pc.fill_null(pc.list_value_length(parts), 0), 2)
+    padded = pc.if_else(has_two, parts, pa.scalar(["", ""], pa.list_(pa.string())))
+    return pc.if_else(has_two, pc.list_element(padded, 1), pa.scalar(None, pa.string()))
+
+
+def iso_to_ts(col: pa.Array) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """ISO 8601 text (``2021-06-16T16:52:13.136834446Z``; naive text is taken as UTC) → timestamps."""
+    text = pc.utf8_trim_whitespace(col.cast(pa.string()))
+    zoned = pc.match_substring_regex(text, r"(Z|[+-][0-9]{2}:?[0-9]{2})$")
+    ok = pc.match_substring_regex(
+        text, r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})?$"
+    )
+    fixed = pc.if_else(
+        pc.and_(ok, pc.invert(pc.fill_null(zoned, False))), pc.binary_join_element_wise(text, "Z", ""), text
+    )
+    values = pc.if_else(ok, fixed, None)
+    try:
+        out = values.cast(TS)
+    except pa.ArrowInvalid:
+        # A syntactically plausible but impossible date (month 13): convert one by one to find which.
+        cells = values.to_pylist()
+        conv: list[pa.Scalar | None] = []
+        for cell in cells:
+            try:
+                conv.append(None if cell is None else pa.scalar(cell).cast(TS))
+            except pa.ArrowInvalid:
+                conv.append(None)
+        out = pa.array([None if c is None else c.value for c in conv], pa.int64()).cast(TS)
+    bad = pc.and_(pc.is_valid(text), pc.is_null(out))
+    return out, np.asarray(bad.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def proto_numbers(names: pa.Array, v6: pa.Array | None = None) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Protocol names (``tcp``) or numbers (``6``) → uint8 protocol numbers; mask of unknown ones.
+
+    ``v6`` (bool per row) turns a plain ``icmp`` into ICMPv6 (58): Zeek writes ``icmp`` for both.
+    """
+    text = pc.utf8_lower(pc.utf8_trim_whitespace(names.cast(pa.string())))
+    numeric, bad_num = parse_uint(text, 255)
+    keys = pa.array(list(PROTO_NUMBERS), pa.string())
+    vals = pa.array(list(PROTO_NUMBERS.values()), pa.int64())
+    idx = pc.index_in(text, value_set=keys)
+    by_name = pc.take(vals, idx)
+    out = pc.coalesce(numeric, by_name)
+    if v6 is not None:
+        out = pc.if_else(pc.and_(pc.equal(out, 1), pc.fill_null(v6, False)), 58, out)
+    bad = np.asarray(pc.and_(pc.is_valid(text), pc.is_null(out)).to_numpy(zero_copy_only=False), dtype=bool)
+    return out.cast(pa.uint8(), safe=False), bad
+
+
+def describe_lines(first_line: int, rows: npt.NDArray[np.int64]) -> str:
+    """``line 12`` or ``lines 12, 15, 19 …`` for warnings."""
+    nums = [str(first_line + int(r)) for r in rows[:5]]
+    more = " …" if rows.size > 5 else ""
+    return ("line " if rows.size == 1 else "lines ") + ", ".join(nums) + more
+
+
+__all__ = [
+    "BLOCK_SIZE",
+    "MAX_WARNINGS",
+    "PROTO_NUMBERS",
+    "WarningLog",
+    "canonical_ips",
+    "count_per_line",
+    "describe_lines",
+    "epoch_seconds_to_ts",
+    "iso_to_ts",
+    "iter_line_blocks",
+    "join_lines",
+    "line_spans",
+    "os_error",
+    "parse_uint",
+    "proto_numbers",
+    "read_head",
+]
