@@ -1,0 +1,161 @@
+"""From per-flow counts of labels and content kinds to (protection, protocol, reason).
+
+Which protocol a flow speaks is decided for all flows at once (numpy masks in priority order);
+the reason is worded in plain Python (:mod:`.reasons`) once per distinct flow signature.
+Principles: framing proves a protocol, never entropy alone; handshakes never make a flow
+plaintext; readable application data anywhere in a flow makes it plaintext (the weakest packet wins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ringfence.observe.recognise import reasons as rs
+from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
+from ringfence.observe.recognise.reasons import PORT_HINTS, Family
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class FlowFacts:
+    """Everything the verdicts use, one row per flow."""
+
+    ethertype: npt.NDArray[np.uint16]
+    proto: npt.NDArray[np.uint8]
+    sport: npt.NDArray[np.int32]
+    dport: npt.NDArray[np.int32]
+    payload_packets: I64
+    sampled: I64  # sampled packets per flow
+    labels: I64  # (N_LABELS, n): packets per label and flow
+    free_forward: I64  # unlabelled packets initiator → responder
+    short_form: I64  # unlabelled UDP packets with the QUIC short-header form bits (0b01xxxxxx)
+    unified_form: I64  # unlabelled UDP packets with the DTLS 1.3 unified-header form bits (0b001xxxxx)
+    generic: I64  # (N_KINDS, n): content kinds of analysed unlabelled packets
+    body: I64  # (N_KINDS, n): content kinds of analysed protocol bodies
+    generic_entropy: npt.NDArray[np.float64]  # mean over packets whose entropy was computed; NaN if none
+    body_entropy: npt.NDArray[np.float64]
+    details: dict[int, str]  # flow -> a short excerpt (HTTP line, ESP SPI …) where one was taken
+
+    @property
+    def n(self) -> int:
+        """Number of flows."""
+        return int(self.proto.shape[0])
+
+    def count(self, *labels: Label) -> I64:
+        """Per flow: packets carrying any of ``labels``."""
+        return np.asarray(self.labels[list(labels)].sum(axis=0), dtype=np.int64)
+
+
+def families(f: FlowFacts) -> I64:
+    """The :class:`Family` of every flow."""
+    rules: list[tuple[Family, npt.NDArray[np.bool_]]] = [
+        (Family.NO_PAYLOAD, f.sampled == 0),
+        (Family.MACSEC, f.ethertype == 0x88E5),
+        (Family.ESP, (f.proto == 50) | (f.count(Label.ESP, Label.ESP_NULL) > 0)),
+        (Family.ICMP, (f.proto == 1) | (f.proto == 58)),
+        (Family.RFT, f.count(Label.RFT, Label.RFT_HS) > 0),
+        # A bare record header (application_data, alert, other handshake) is 3 bytes of evidence: random data
+        # matches one in ~10^6 packets, so one alone does not make a TLS flow; two, or a hello, do.
+        (Family.TLS, (f.count(*TLS_STRONG) > 0) | (f.count(*TLS_LABELS) >= 2)),
+        (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(Label.SSH_KEX, Label.SSH_NEWKEYS) >= 2)),
+        (Family.WIREGUARD, f.count(Label.WG_INIT, Label.WG_RESP, Label.WG_COOKIE, Label.WG_DATA) > 0),
+        (Family.QUIC, f.count(*QUIC_LABELS) > 0),
+        (Family.GQUIC, f.count(Label.GQUIC_HS) > 0),
+        (Family.DTLS, f.count(Label.DTLS_HS, Label.DTLS_APP, Label.DTLS_OTHER) >= 2),
+        (Family.IKE, f.count(Label.IKE1, Label.IKE2, Label.NAT_KEEPALIVE) > 0),
+        (Family.ROCE, f.count(Label.ROCE_DATA, Label.ROCE_CTRL) > 0),
+        (Family.GLOO, f.count(Label.GLOO_CTRL, Label.GLOO_DATA) > 0),
+        (Family.HTTP, f.count(*HTTP_LABELS) > 0),
+        (Family.DNS, f.count(Label.DNS) > 0),
+        (Family.NTP, f.count(Label.NTP, Label.NTP_MAC) > 0),
+        (Family.SYSLOG, f.count(Label.SYSLOG) > 0),
+    ]
+    fam = np.full(f.n, Family.GENERIC, dtype=np.int64)
+    for family, mask in reversed(rules):
+        fam[mask] = family
+    return fam
+
+
+def _deci(x: npt.NDArray[np.float64]) -> I64:
+    """Entropy in tenths of a bit (-1 where not computed), so equal verdict texts share a signature."""
+    return np.where(np.isnan(x), -1, np.round(np.nan_to_num(x) * 10)).astype(np.int64)
+
+
+def _signatures(f: FlowFacts, family: I64) -> tuple[npt.NDArray[np.int32], list[str]]:
+    """Every fact a reason may mention, one integer column per flow (column-major: (width, n)).
+
+    Flows with equal columns get equal verdicts.
+    """
+    sig = np.zeros((rs.WIDTH, f.n), dtype=np.int32)
+    generic = family == Family.GENERIC
+    hinted = np.array(sorted(PORT_HINTS))
+    sig[rs.FAMILY] = family
+    sig[rs.PROTO] = f.proto
+    # Ports matter only for the port hints of unrecognised flows.
+    sig[rs.SPORT] = np.where(generic & np.isin(f.sport, hinted), f.sport, 0)
+    sig[rs.DPORT] = np.where(generic & np.isin(f.dport, hinted), f.dport, 0)
+    sig[rs.SAMPLED] = f.sampled
+    sig[rs.MORE] = f.payload_packets > f.sampled
+    sig[rs.FWD_FREE] = f.free_forward
+    sig[rs.SHORT] = f.short_form
+    sig[rs.UNIFIED] = f.unified_form
+    sig[rs.GEN_H] = _deci(f.generic_entropy)
+    sig[rs.BODY_H] = _deci(f.body_entropy)
+    texts = [""] + sorted(set(f.details.values()))
+    text_id = {t: i for i, t in enumerate(texts)}
+    for flow, text in f.details.items():
+        sig[rs.DETAIL, flow] = text_id[text]
+    sig[rs.LABELS : rs.GENERIC] = f.labels
+    sig[rs.GENERIC : rs.BODY] = f.generic
+    sig[rs.BODY : rs.WIDTH] = f.body
+    return sig, texts
+
+
+def _hash(sig: npt.NDArray[np.int32], multiplier: int) -> I64:
+    """A 64-bit polynomial hash of each flow's signature column (wrapping arithmetic)."""
+    key = np.zeros(sig.shape[1], dtype=np.uint64)
+    m = np.uint64(multiplier)
+    for column in sig:
+        key = key * m + column.astype(np.uint64)
+    return key.view(np.int64)
+
+
+def _groups(sig: npt.NDArray[np.int32]) -> tuple[I64, I64]:
+    """(one representative flow per distinct signature, each flow's group).
+
+    Grouping sorts one 64-bit hash (sorting whole signatures is far slower); a second, independent
+    hash must also agree within a group, and any flow where it does not gets a group of its own.
+    """
+    _, first, inverse = np.unique(_hash(sig, 0x9E3779B97F4A7C15), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    check = _hash(sig, 0xC2B2AE3D27D4EB4F)
+    collided = np.flatnonzero(check != check[first[inverse]])
+    if collided.size:
+        inverse[collided] = first.size + np.arange(collided.size)
+        first = np.concatenate([first, collided])
+    return first, inverse
+
+
+def decide(f: FlowFacts) -> tuple[list[str], list[str | None], list[str]]:
+    """(protection, protocol, reason) for every flow.
+
+    Reasons are worded once per distinct signature (flows with the same family, counts and rounded
+    entropies read the same), so the per-flow Python work does not grow with the number of flows.
+    """
+    if f.n == 0:
+        return [], [], []
+    family = families(f)
+    sig, texts = _signatures(f, family)
+    first, inverse = _groups(sig)
+    verdicts = [rs.HANDLERS[Family(row[rs.FAMILY])](rs.Row(row, texts)) for row in sig[:, first].T.tolist()]
+    table = np.empty((len(verdicts), 3), dtype=object)
+    table[:] = verdicts
+    out = table[inverse]
+    return out[:, 0].tolist(), out[:, 1].tolist(), out[:, 2].tolist()
+
+
+__all__ = ["Family", "FlowFacts", "decide", "families"]

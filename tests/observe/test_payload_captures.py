@@ -1,0 +1,202 @@
+"""Payload verdicts on real traffic: tcpdump's regression captures, real TLS handshakes, torch tensors.
+
+Captures go through the real reader (:class:`ringfence.observe.flows.pcap.PcapReader`), so these are
+end-to-end: file → flows → samples → verdicts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+from pathlib import Path
+
+import numpy as np
+import pytest
+from payload_build import Flow, segments, verdict
+
+from ringfence.observe.payload import classify_flows
+from ringfence.observe.samples import FlowKeys, PayloadSamples
+
+pcap = pytest.importorskip("ringfence.observe.flows.pcap")
+
+CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures" / "tcpdump-tests"
+
+
+def read(name: str) -> tuple[list[dict[str, object]], FlowKeys, PayloadSamples]:
+    path = CAPTURES / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    table, keys, samples, _ = pcap.PcapReader()._read(path, None)
+    return table.to_pylist(), keys, samples
+
+
+@pytest.mark.parametrize(
+    ("capture", "protection", "protocol"),
+    [
+        ("macsec-encrypted.pcap", "encrypted", "macsec"),
+        ("macsec-integonly.pcap", "integrity-only", "macsec"),
+        ("macsec-changed.pcap", "integrity-only", "macsec"),  # C=1 but E=0: readable
+        ("02-sunrise-sunset-esp.pcap", "encrypted", "esp"),
+        ("08-sunrise-sunset-esp2.pcap", "encrypted", "esp"),
+        ("espudp1.pcap", "encrypted", "esp"),
+        ("ikev2four.pcap", "handshake-only", "ike"),
+        ("ISAKMP_sa_setup.pcap", "handshake-only", "ike"),
+        ("ssh.pcap", "encrypted", "ssh"),
+        # Not handshake-only: after 8 long-header packets the capture holds 10 1-RTT short-header packets.
+        ("quic_handshake.pcap", "encrypted", "quic"),
+        ("gquic.pcap", "handshake-only", "gquic"),
+        ("ipv4_tcp_http_xml.pcap", "plaintext", "http"),
+        ("dns_udp.pcap", "plaintext", "dns"),
+        ("ntp.pcap", "plaintext", "ntp"),
+        ("syslog_udp.pcap", "plaintext", "syslog"),
+    ],
+)
+def test_capture_verdicts(capture: str, protection: str, protocol: str) -> None:
+    rows, _, _ = read(capture)
+    with_payload = [r for r in rows if r["reason"] != "no payload observed"]
+    assert with_payload
+    assert {(r["protection"], r["protocol"]) for r in with_payload} == {(protection, protocol)}
+
+
+def test_quic_capture_cut_after_the_long_headers_is_handshake_only() -> None:
+    _, keys, samples = read("quic_handshake.pcap")
+    first = np.arange(samples.m) < 8  # the reader keeps the first packets in time order
+    cut = PayloadSamples(
+        flow=samples.flow[first], forward=samples.forward[first], length=samples.length[first], head=samples.head[first]
+    )
+    protection, protocol, reason = classify_flows(keys, cut)
+    assert (protection[0], protocol[0]) == ("handshake-only", "quic")
+    assert "Initial x3, Handshake x5" in reason[0]
+
+
+def test_ip_over_infiniband_is_judged_by_the_ip_inside() -> None:
+    rows, _, _ = read("ipoib.pcap")
+    verdicts = {(r["protection"], r["protocol"]) for r in rows}
+    assert ("plaintext", "icmp") in verdicts
+    assert ("encrypted", "ssh") in verdicts
+
+
+def test_truncated_and_hostile_captures_do_not_break_the_classifier() -> None:
+    for name in ("esp_truncated.pcap", "heapoverflow-tcp_print.pcap", "udp-length-heapoverflow.pcap"):
+        rows, _, _ = read(name)
+        assert all(
+            r["protection"] in {"encrypted", "plaintext", "integrity-only", "handshake-only", "unknown"} for r in rows
+        )
+
+
+# --- real TLS, produced by OpenSSL through Python's ssl module (memory BIOs, no sockets) ----------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "storage.lab")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    d = tmp_path_factory.mktemp("tls")
+    (d / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (d / "key.pem").write_bytes(pem)
+    return d / "cert.pem", d / "key.pem"
+
+
+def tls_flow(cert: tuple[Path, Path], version: ssl.TLSVersion, *, app_data: bool) -> Flow:
+    """A real TLS connection's bytes, each flight cut into TCP segments, in order."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(*cert)
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.check_hostname = False
+    client_ctx.verify_mode = ssl.CERT_NONE
+    for ctx in (server_ctx, client_ctx):
+        ctx.minimum_version = ctx.maximum_version = version
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_ctx.wrap_bio(c_in, c_out)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    flow = Flow(dport=8443)
+
+    def pump() -> None:
+        if sent := c_out.read():
+            flow.fwd(*segments(sent))
+            s_in.write(sent)
+        if sent := s_out.read():
+            flow.back(*segments(sent))
+            c_in.write(sent)
+
+    done = {"client": False, "server": False}
+    for _ in range(10):
+        for side, conn in (("client", client), ("server", server)):
+            if not done[side]:
+                try:
+                    conn.do_handshake()
+                    done[side] = True
+                except ssl.SSLWantReadError:
+                    pass
+            pump()
+        if all(done.values()):
+            break
+    if app_data:
+        client.write(b"GET /checkpoint/step-1000.pt HTTP/1.1\r\nHost: storage\r\n\r\n")
+        pump()
+        server.read(4096)
+        server.write(np.random.default_rng(0).normal(0, 1, 4096).astype(np.float32).tobytes())
+        pump()
+    return flow
+
+
+@pytest.mark.parametrize(
+    ("version", "protocol"), [(ssl.TLSVersion.TLSv1_3, "tls1.3"), (ssl.TLSVersion.TLSv1_2, "tls1.2")]
+)
+def test_real_tls_with_application_data_is_encrypted(
+    certificate: tuple[Path, Path], version: ssl.TLSVersion, protocol: str
+) -> None:
+    protection, name, reason = verdict(tls_flow(certificate, version, app_data=True))
+    assert (protection, name) == ("encrypted", protocol)
+    assert "content type 23" in reason
+
+
+def test_real_tls_handshake_without_data_is_handshake_only(certificate: tuple[Path, Path]) -> None:
+    flow = tls_flow(certificate, ssl.TLSVersion.TLSv1_2, app_data=False)
+    assert verdict(flow)[:2] == ("handshake-only", "tls1.2")
+
+
+def test_torch_bf16_and_float32_tensors_are_plaintext() -> None:
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(0)
+    grads = torch.randn(16384, generator=gen) * 1e-3
+    for dtype, protocol in ((torch.bfloat16, "tensor-bf16"), (torch.float32, "tensor-f32")):
+        data = grads.to(dtype).view(torch.uint8).numpy().tobytes()
+        assert verdict(Flow(dport=45001).fwd(*segments(data[1:])[:8]))[:2] == ("plaintext", protocol)
+
+
+# --- the lab as found: plaintext everywhere but SSH --------------------------------------------
+
+
+@pytest.mark.privileged
+def test_lab_traffic_as_found(lab_capture: Path) -> None:
+    table, _, _, _ = pcap.PcapReader()._read(lab_capture, None)
+    rows = [r for r in table.to_pylist() if r["reason"] != "no payload observed"]
+    ssh = [r for r in rows if r["dport"] == 22]
+    assert ssh
+    assert all(r["protocol"] == "ssh" and r["protection"] in {"encrypted", "handshake-only"} for r in ssh)
+    others = [r for r in rows if r["dport"] != 22]
+    assert not [r for r in others if r["protection"] == "encrypted"], "only SSH is protected in the as-found lab"
+    collective = [r for r in others if r["protocol"] == "gloo" or str(r["protocol"]).startswith("tensor-")]
+    assert collective
+    assert all(r["protection"] == "plaintext" for r in collective)
+    web = [r for r in others if r["dport"] in (8000, 8080, 9000)]  # management, storage, replication
+    assert web
+    assert {(r["protection"], r["protocol"]) for r in web} == {("plaintext", "http")}

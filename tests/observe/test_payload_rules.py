@@ -1,0 +1,374 @@
+"""One test (or two: the permitted and the refused reading) per payload rule, on hand-built packets."""
+
+from __future__ import annotations
+
+import random
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from payload_build import Flow, build, segments, verdict, verdicts
+
+from ringfence.observe.payload import classify_flows
+from ringfence.observe.samples import FlowKeys, PayloadSamples
+
+RNG = random.Random(20240611)
+
+
+def rand(n: int) -> bytes:
+    """Deterministic stand-in for ciphertext."""
+    return RNG.randbytes(n)
+
+
+# --- no payload, contract --------------------------------------------------------------------
+
+
+def test_flow_without_payload_is_unknown() -> None:
+    assert verdict(Flow()) == ("unknown", None, "no payload observed")
+
+
+def test_no_flows_gives_empty_lists() -> None:
+    assert classify_flows(*build([])) == ([], [], [])
+
+
+def test_reader_contract_violation_is_a_clear_error() -> None:
+    keys, samples = build([Flow().fwd(b"x" * 10)])
+    bad = PayloadSamples(flow=samples.flow + 5, forward=samples.forward, length=samples.length, head=samples.head)
+    with pytest.raises(ValueError, match="outside"):
+        classify_flows(keys, bad)
+    narrow = PayloadSamples(flow=samples.flow, forward=samples.forward, length=samples.length, head=samples.head[:, :8])
+    with pytest.raises(ValueError, match="head has shape"):
+        classify_flows(keys, narrow)
+
+
+# --- SSH -------------------------------------------------------------------------------------
+
+
+def _ssh_packet(code: int, body: bytes = b"") -> bytes:
+    pad = 8 - (5 + len(body) + 1) % 8
+    pad += 8 if pad < 4 else 0
+    plen = 1 + 1 + len(body) + pad
+    return struct.pack(">IBB", plen, pad, code) + body + bytes(pad)
+
+
+def test_ssh_banner_and_kex_only_is_handshake() -> None:
+    flow = Flow(dport=22).fwd(b"SSH-2.0-OpenSSH_9.2\r\n").back(b"SSH-2.0-OpenSSH_9.6\r\n")
+    flow.fwd(_ssh_packet(20, b"curve25519-sha256" * 4)).back(_ssh_packet(20, b"ssh-ed25519" * 5))
+    assert verdict(flow)[:2] == ("handshake-only", "ssh")
+
+
+def test_ssh_after_newkeys_is_encrypted() -> None:
+    flow = Flow(dport=22).fwd(b"SSH-2.0-OpenSSH_9.2\r\n").back(b"SSH-2.0-OpenSSH_9.6\r\n")
+    flow.fwd(_ssh_packet(20, b"kex" * 30), _ssh_packet(30, rand(32)), _ssh_packet(21), rand(52), rand(44))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "ssh")
+    assert "NEWKEYS" in reason
+
+
+# --- WireGuard -------------------------------------------------------------------------------
+
+
+def _wg(kind: int, size: int) -> bytes:
+    return bytes([kind, 0, 0, 0]) + rand(size - 4)
+
+
+def test_wireguard_handshake_then_transport_data() -> None:
+    hs = Flow(proto=17, dport=51820).fwd(_wg(1, 148)).back(_wg(2, 92))
+    assert verdict(hs)[:2] == ("handshake-only", "wireguard")
+    full = Flow(proto=17, dport=51820).fwd(_wg(1, 148)).back(_wg(2, 92)).fwd(_wg(4, 1440), _wg(4, 32))
+    protection, protocol, reason = verdict(full)
+    assert (protection, protocol) == ("encrypted", "wireguard")
+    assert "transport data" in reason
+
+
+def test_wireguard_needs_its_exact_sizes() -> None:
+    wrong = Flow(proto=17, dport=51820).fwd(_wg(1, 150)).back(_wg(2, 90))
+    assert verdict(wrong)[0] == "unknown"
+
+
+# --- QUIC ------------------------------------------------------------------------------------
+
+
+def _quic_long(first: int, size: int = 1200) -> bytes:
+    return bytes([first]) + b"\x00\x00\x00\x01" + b"\x08" + rand(8) + b"\x08" + rand(8) + rand(size - 23)
+
+
+def test_quic_long_headers_only_is_handshake_then_short_headers_encrypted() -> None:
+    hs = Flow(proto=17, dport=443).fwd(_quic_long(0xC3)).back(_quic_long(0xC1, 180), _quic_long(0xE1, 900))
+    assert verdict(hs)[:2] == ("handshake-only", "quic")
+    full = Flow(proto=17, dport=443).fwd(_quic_long(0xC3)).back(_quic_long(0xE1, 900))
+    full.fwd(bytes([0x47]) + rand(60), bytes([0x5A]) + rand(300))
+    assert verdict(full)[:2] == ("encrypted", "quic")
+
+
+# --- IPsec -----------------------------------------------------------------------------------
+
+
+def _ipv4(payload_len: int) -> bytes:
+    return struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + payload_len, 1, 0, 64, 1, 0, b"\n\0\0\1", b"\n\0\0\2")
+
+
+def test_esp_with_opaque_payload_is_encrypted() -> None:
+    flow = Flow(proto=50, sport=-1, dport=-1).fwd(
+        *(b"\x12\x34\x56\x78" + struct.pack(">I", i) + rand(120) for i in range(1, 5))
+    )
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "esp")
+    assert "SPI 0x12345678" in reason
+
+
+def test_esp_null_encryption_is_integrity_only() -> None:
+    inner = _ipv4(64) + b"\x08\x00" + bytes(62)
+    flow = Flow(proto=50, sport=-1, dport=-1).fwd(b"\x00\x00\x10\x01\x00\x00\x00\x01" + inner + rand(14))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("integrity-only", "esp")
+    assert "NOT confidential" in reason
+
+
+def test_esp_with_reserved_spi_is_unknown() -> None:
+    flow = Flow(proto=50, sport=-1, dport=-1).fwd(b"\x00\x00\x00\x07" + rand(100))
+    assert verdict(flow)[:2] == ("unknown", "esp")
+
+
+def _ike(exchange: int = 34, version: int = 0x20, size: int = 300) -> bytes:
+    return rand(8) + bytes(8) + bytes([33, version, exchange, 8]) + bytes(4) + struct.pack(">I", size) + rand(size - 28)
+
+
+def test_ike_is_handshake_only() -> None:
+    flow = Flow(proto=17, sport=500, dport=500).fwd(_ike()).back(_ike(size=200))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("handshake-only", "ike")
+    assert "IKEv2" in reason
+
+
+def test_nat_t_port_carries_ike_and_esp() -> None:
+    flow = Flow(proto=17, sport=4500, dport=4500).fwd(bytes(4) + _ike(35, size=250))
+    flow.fwd(b"\xff").fwd(*(b"\xc0\x01\x02\x03" + struct.pack(">I", i) + rand(140) for i in range(1, 4)))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "esp")
+    assert "IKE" in reason and "4500" in reason
+
+
+# --- MACsec ----------------------------------------------------------------------------------
+
+
+def _sectag(tci: int) -> bytes:
+    return bytes([tci, 0]) + b"\x00\x00\x00\x48" + b"\x2e\xb7\x3f\x39\x95\xc3\x00\x01"
+
+
+def test_macsec_e_bit_decides() -> None:
+    encrypted = Flow(proto=0, sport=-1, dport=-1, ethertype=0x88E5).fwd(_sectag(0x2C) + rand(100))
+    integrity = Flow(proto=0, sport=-1, dport=-1, ethertype=0x88E5).fwd(
+        _sectag(0x20) + b"\x08\x00" + _ipv4(60) + bytes(60)
+    )
+    (p1, n1, _), (p2, n2, r2) = verdicts(encrypted, integrity)
+    assert (p1, n1) == ("encrypted", "macsec")
+    assert (p2, n2) == ("integrity-only", "macsec")
+    assert "NOT confidential" in r2
+
+
+# --- RoCEv2 ----------------------------------------------------------------------------------
+
+
+def _bth(opcode: int) -> bytes:
+    return bytes([opcode, 0, 0xFF, 0xFF, 0, 0, 0x12, 0x34, 0x80, 0, 0, 1])
+
+
+def _bf16(n: int, seed: int = 1) -> bytes:
+    x = np.random.default_rng(seed).normal(0, 0.05, n).astype(np.float32)
+    return (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
+def test_roce_write_with_tensor_payload_is_plaintext() -> None:
+    reth = rand(8) + b"\x00\x00\x10\x01" + struct.pack(">I", 1024)
+    flow = Flow(proto=17, sport=49152, dport=4791).fwd(_bth(0x0A) + reth + _bf16(512) + rand(4))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("plaintext", "rocev2")
+    assert "tensor-bf16" in reason
+
+
+def test_roce_high_entropy_payload_is_unknown_and_acks_prove_nothing() -> None:
+    opaque = Flow(proto=17, sport=49153, dport=4791).fwd(_bth(0x04) + rand(1024) + rand(4))
+    acks = Flow(proto=17, sport=49154, dport=4791).fwd(_bth(0x11) + b"\x00\x00\x00\x01" + rand(4))
+    (p1, n1, r1), (p2, n2, _) = verdicts(opaque, acks)
+    assert (p1, n1) == ("unknown", "rocev2")
+    assert "never encrypts" in r1
+    assert (p2, n2) == ("unknown", "rocev2")
+
+
+# --- plaintext protocols ---------------------------------------------------------------------
+
+
+def test_http_request_and_status_lines() -> None:
+    req = Flow(dport=8080).fwd(b"GET /datasets/shard-0001.tar HTTP/1.1\r\nHost: storage\r\n\r\n")
+    resp = Flow(dport=8080).back(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n" + rand(100))
+    (p1, n1, r1), (p2, n2, _) = verdicts(req, resp)
+    assert (p1, n1) == ("plaintext", "http")
+    assert "GET /datasets/shard-0001.tar" in r1
+    assert (p2, n2) == ("plaintext", "http")
+
+
+def _dns_query(name: bytes) -> bytes:
+    qname = b"".join(bytes([len(label)]) + label for label in name.split(b".")) + b"\x00"
+    return b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + qname + b"\x00\x01\x00\x01"
+
+
+def test_dns_over_udp_and_tcp() -> None:
+    query = _dns_query(b"storage.cluster.local")
+    udp = Flow(proto=17, dport=53).fwd(query)
+    tcp = Flow(proto=6, dport=53).fwd(struct.pack(">H", len(query)) + query)
+    assert [v[:2] for v in verdicts(udp, tcp)] == [("plaintext", "dns"), ("plaintext", "dns")]
+
+
+def test_ntp_and_syslog() -> None:
+    ntp = (
+        Flow(proto=17, sport=40123, dport=123)
+        .fwd(bytes([0x23]) + bytes(47))
+        .back(bytes([0x24, 2, 3, 0xE9]) + bytes(44))
+    )
+    syslog = Flow(proto=17, dport=514).fwd(b"<13>1 2024-06-11T10:00:00Z node1 trainer 42 - - step 100 loss 2.31")
+    assert [v[:2] for v in verdicts(ntp, syslog)] == [("plaintext", "ntp"), ("plaintext", "syslog")]
+
+
+# --- ringfence transport, gloo ---------------------------------------------------------------
+
+
+def _rft(kind: int, body: bytes, seq: int = 0) -> bytes:
+    return struct.pack(">4sBBHIQI", b"RFT1", kind, 0, 0, 1 if kind >= 16 else 0, seq, len(body)) + body
+
+
+def test_ringfence_transport_records() -> None:
+    hello = Flow(dport=29600).fwd(_rft(1, b"hello " * 20)).back(_rft(1, b"hello " * 20))
+    data = Flow(dport=29601).fwd(_rft(1, b"hello" * 20)).fwd(*(_rft(16, rand(1000), i) for i in range(3)))
+    leaky = Flow(dport=29602).fwd(_rft(16, _bf16(512)))
+    (p1, n1, _), (p2, n2, r2), (p3, n3, _) = verdicts(hello, data, leaky)
+    assert (p1, n1) == ("handshake-only", "ringfence-transport")
+    assert (p2, n2) == ("encrypted", "ringfence-transport")
+    assert "RFT1" in r2
+    assert (p3, n3) == ("plaintext", "ringfence-transport")
+
+
+def _gloo_send(data: bytes, slot: int = 7) -> bytes:
+    return struct.pack("<6Q", 48 + len(data), 1, slot, 0, len(data), 0) + data
+
+
+def test_gloo_with_float_tensor_is_plaintext() -> None:
+    tensor = np.random.default_rng(3).normal(0, 1, 8192).astype(np.float32).tobytes()
+    notify = struct.pack("<6Q", 48, 2, 7, 0, len(tensor), 0)
+    flow = Flow(sport=45000, dport=45001).fwd(notify, *segments(_gloo_send(tensor), 1448)[:6])
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("plaintext", "gloo")
+    assert "tensor" in reason
+
+
+def test_gloo_control_only_is_unknown() -> None:
+    flow = Flow(sport=45000, dport=45001).fwd(struct.pack("<6Q", 48, 3, 7, 0, 4096, 0))
+    assert verdict(flow)[:2] == ("unknown", "gloo")
+
+
+# --- content without framing -----------------------------------------------------------------
+
+
+def test_random_bytes_are_never_encrypted() -> None:
+    flows = [Flow(sport=30000 + i, dport=5000).fwd(*(rand(1400) for _ in range(16))) for i in range(300)]
+    results = verdicts(*flows)
+    assert {p for p, _, _ in results} == {"unknown"}
+    assert all("high entropy" in r and "no recognised encryption protocol framing" in r for _, _, r in results)
+
+
+def test_compressed_text_is_unknown() -> None:
+    text = b"".join(b"%d,node-%d,loss=%.4f,lr=%.6f\n" % (i, i % 7, 1 / (i + 1), 3e-4) for i in range(4000))
+    flow = Flow(dport=9000).fwd(*segments(zlib.compress(text, 9))[1:9])
+    assert verdict(flow)[0] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "protocols"), [(np.float32, {"tensor-f32"}), (np.float16, {"tensor-f16", "tensor-bf16"})]
+)
+def test_numpy_float_tensors_are_plaintext(dtype: type, protocols: set[str]) -> None:
+    # fp16 and bf16 words near 1 share their high bytes' range; only "16-bit floats" is certain
+    data = np.random.default_rng(5).normal(0, 1, 20000).astype(dtype).tobytes()
+    protection, protocol, _ = verdict(Flow(dport=45001).fwd(*segments(data[3:], 1448)[:8]))
+    assert protection == "plaintext"
+    assert protocol in protocols
+
+
+def test_bf16_tensor_is_plaintext() -> None:
+    flow = Flow(dport=45001).fwd(*segments(_bf16(20000, seed=9)[1:], 1448)[:8])
+    assert verdict(flow)[:2] == ("plaintext", "tensor-bf16")
+
+
+def test_text_and_zeros_are_plaintext() -> None:
+    text = Flow(dport=7000).fwd(b"step=100 loss=2.3141 grad_norm=0.9912 lr=0.000300 tokens/s=18234\n" * 3)
+    zeros = Flow(dport=7001).fwd(bytes(1400))
+    (p1, n1, _), (p2, _, r2) = verdicts(text, zeros)
+    assert (p1, n1) == ("plaintext", "text")
+    assert p2 == "plaintext"
+    assert "zero" in r2
+
+
+def test_port_is_only_a_hint() -> None:
+    protection, protocol, reason = verdict(Flow(dport=443).fwd(rand(1400), rand(1400)))
+    assert (protection, protocol) == ("unknown", None)
+    assert "port 443" in reason and "cannot prove" in reason
+
+
+def test_weakest_packet_wins_in_an_encrypted_flow() -> None:
+    flow = Flow(dport=443).fwd(b"\x17\x03\x03\x00\x40" + rand(64), b"\x17\x03\x03\x00\x40" + rand(64))
+    flow.fwd(b"POST /v1/grads HTTP/1.1\r\nHost: ps\r\n\r\n")
+    assert verdict(flow)[:2] == ("plaintext", "http")
+
+
+def test_unsorted_rows_give_the_same_verdicts() -> None:
+    flows = [
+        Flow(dport=22).fwd(b"SSH-2.0-x\r\n", _ssh_packet(21), rand(60)),
+        Flow(proto=17, dport=51820).fwd(_wg(1, 148), _wg(4, 64)),
+        Flow(dport=80).fwd(b"GET / HTTP/1.1\r\n\r\n"),
+    ]
+    keys, samples = build(flows)
+    order = np.random.default_rng(1).permutation(samples.m)
+    shuffled = PayloadSamples(
+        flow=samples.flow[order], forward=samples.forward[order], length=samples.length[order], head=samples.head[order]
+    )
+    assert classify_flows(keys, shuffled) == classify_flows(keys, samples)
+
+
+def test_keys_with_more_payload_than_sampled_say_so() -> None:
+    flow = Flow(proto=17, dport=51820, extra_payload_packets=500).fwd(_wg(1, 148)).back(_wg(2, 92))
+    assert "first 2 payload packets" in verdict(flow)[2]
+
+
+def test_flow_keys_shape_mismatch_is_rejected() -> None:
+    keys, samples = build([Flow().fwd(b"abc")])
+    bad = FlowKeys(
+        ethertype=keys.ethertype,
+        proto=keys.proto,
+        sport=keys.sport[:0],
+        dport=keys.dport,
+        payload_bytes=keys.payload_bytes,
+        payload_packets=keys.payload_packets,
+    )
+    with pytest.raises(ValueError, match="sport"):
+        classify_flows(bad, samples)
+
+
+def test_a_long_kexinit_tail_is_not_taken_for_ciphertext() -> None:
+    names = b"curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,diffie-hellman-group16-sha512," * 30
+    kexinit = _ssh_packet(20, rand(16) + names)
+    flow = Flow(dport=22).fwd(b"SSH-2.0-OpenSSH_9.2\r\n", *segments(kexinit)).back(b"SSH-2.0-OpenSSH_9.6\r\n")
+    assert verdict(flow)[:2] == ("handshake-only", "ssh")
+
+
+def test_one_bare_record_header_is_not_tls() -> None:
+    flow = Flow(dport=5000).fwd(b"\x17\x03\x03\x01\x00" + rand(1400), *(rand(1400) for _ in range(5)))
+    assert verdict(flow)[:2] == ("unknown", None)
+
+
+def test_tls_null_cipher_is_integrity_only() -> None:
+    body = b"\x00" * 8 + b"step=100 loss=2.3141 grad_norm=0.99 lr=0.0003 tokens=18234 " * 4
+    hello = b"\x16\x03\x01\x00\x40\x01\x00\x00\x3c\x03\x03" + rand(59)
+    flow = Flow(dport=8443).fwd(hello, b"\x17\x03\x03" + struct.pack(">H", len(body)) + body)
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("integrity-only", "tls")
+    assert "NULL cipher" in reason
