@@ -1,0 +1,412 @@
+"""Vectorised packet decoding: link layer → IP → transport, for a batch of packets at once.
+
+Every layer gathers a fixed-width window of bytes per packet at that layer's (per-packet) offset in one
+memcpy-like gather, then reads fields from fixed columns of that window. Uncommon shapes (VLAN stacks, MPLS,
+IPv6 extension headers, overlays) loop over just the packets that have them. Every field read is checked
+against the packet's captured length, so a hostile length never reads another packet's bytes as its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from ringfence.observe.flows._pcap_walk import gather
+from ringfence.observe.samples import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_MACSEC
+
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+Mask = npt.NDArray[np.bool_]
+
+# Link types (www.tcpdump.org/linktypes.html) and two of our own for decoding overlay payloads.
+LT_NULL: Final = 0
+LT_ETHERNET: Final = 1
+LT_RAW_12: Final = 12
+LT_RAW_14: Final = 14
+LT_LOOP: Final = 108
+LT_RAW: Final = 101
+LT_SLL: Final = 113
+LT_IPV4: Final = 228
+LT_IPV6: Final = 229
+LT_IPOIB: Final = 242
+LT_SLL2: Final = 276
+_LT_MPLS: Final = -1  # starts with an MPLS label stack (MPLS over UDP)
+
+_VLAN_TPIDS: Final = (0x8100, 0x88A8, 0x9100)
+_MPLS_TYPES: Final = (0x8847, 0x8848)
+_IPV6_EXT: Final = (0, 43, 44, 60, 135, 139, 140)  # skipped to reach the transport header
+_PORTED: Final = (6, 17, 33, 132, 136)  # tcp, udp, dccp, sctp, udp-lite
+_FRAME_WINDOW: Final = 72  # 14 Ethernet + 40 IPv6 + 14 TCP up to its flags, rounded up
+
+# Outer encapsulations recorded in the ``outer`` column.
+OUTER_NONE: Final = 0
+OUTER_VXLAN: Final = 1
+OUTER_GENEVE: Final = 2
+OUTER_MPLS_UDP: Final = 3
+OUTER_MPLS: Final = 4
+OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp", OUTER_MPLS: "mpls"}
+
+_UDP_VXLAN: Final = 4789
+_UDP_GENEVE: Final = 6081
+_UDP_MPLS: Final = 6635
+
+# Kinds of decoded packet.
+KIND_SKIP: Final = 0  # not IP (ARP, LLDP, …): no flow
+KIND_FLOW: Final = 1
+KIND_BAD: Final = 2  # undecodable: counted in a warning
+
+#: Reasons a packet is undecodable (code → words).
+BAD_REASONS: Final = {
+    1: "frame shorter than its link-layer header",
+    2: "IPv4 header truncated or invalid (version or header length)",
+    3: "IPv4 total length smaller than its header",
+    4: "IPv6 header truncated or invalid version",
+    5: "unsupported link type",
+    6: "VLAN or MPLS header truncated",
+}
+
+
+def _u16(w: U8, col: int) -> I64:
+    return (w[:, col].astype(np.int64) << 8) | w[:, col + 1]
+
+
+def _u32(w: U8, col: int) -> I64:
+    return (_u16(w, col) << 16) | _u16(w, col + 2)
+
+
+def _u64(w: U8, col: int) -> npt.NDArray[np.uint64]:
+    return np.ascontiguousarray(w[:, col : col + 8]).view(">u8").ravel().astype(np.uint64)
+
+
+class Cols:
+    """Decoded fields of a batch of packets (one entry per packet; meaningful where ``kind`` is KIND_FLOW)."""
+
+    def __init__(self, n: int) -> None:
+        self.kind = np.zeros(n, np.uint8)
+        self.why = np.zeros(n, np.uint8)  # reason code where kind is KIND_BAD
+        self.etype = np.zeros(n, np.int64)  # the frame's network-layer ethertype
+        self.proto = np.zeros(n, np.uint8)
+        self.src_hi = np.zeros(n, np.uint64)
+        self.src_lo = np.zeros(n, np.uint64)
+        self.dst_hi = np.zeros(n, np.uint64)
+        self.dst_lo = np.zeros(n, np.uint64)
+        self.sport = np.full(n, -1, np.int64)
+        self.dport = np.full(n, -1, np.int64)
+        self.length = np.zeros(n, np.int64)  # IP length (frame length after the MAC header for L2 flows)
+        self.pay_off = np.zeros(n, np.int64)  # where the L4 payload starts in the buffer
+        self.pay_len = np.zeros(n, np.int64)  # L4 payload bytes on the wire
+        self.pay_cap = np.zeros(n, np.int64)  # of which captured
+        self.syn = np.zeros(n, np.bool_)  # TCP SYN without ACK
+        self.trunc = np.zeros(n, np.bool_)  # transport header not readable: a flow without ports
+        self.vlan = np.full(n, -1, np.int64)
+        self.okind = np.zeros(n, np.uint8)
+        self.ovni = np.full(n, -1, np.int64)
+        self.olabel = np.full(n, -1, np.int64)
+        self.osrc_hi = np.zeros(n, np.uint64)
+        self.osrc_lo = np.zeros(n, np.uint64)
+        self.odst_hi = np.zeros(n, np.uint64)
+        self.odst_lo = np.zeros(n, np.uint64)
+
+    def put(self, sel: I64, other: Cols) -> None:
+        """Overwrite the rows ``sel`` with ``other``'s rows (same order)."""
+        for name, arr in vars(self).items():
+            arr[sel] = getattr(other, name)
+
+
+@dataclass(frozen=True)
+class _Link:
+    etype: I64  # 0 where unknown
+    l3: I64
+    vlan: I64
+    label: I64  # top MPLS label, -1 if none
+    bad: I64  # reason code, 0 if fine
+
+
+def _shim(buf: U8, etype: I64, l3: I64, end: I64, vlan: I64, label: I64, bad: I64) -> None:
+    """Strip 802.1Q/802.1ad tags and MPLS label stacks in place (loops over only the tagged packets)."""
+    for _ in range(4):
+        idx = np.flatnonzero(_any_of(etype, _VLAN_TPIDS))
+        if not idx.shape[0]:
+            break
+        ok = l3[idx] + 4 <= end[idx]
+        bad[idx[~ok]] = 6
+        etype[idx[~ok]] = 0
+        idx = idx[ok]
+        w = gather(buf, l3[idx], 4)
+        vlan[idx] = _u16(w, 0) & 0xFFF
+        etype[idx] = _u16(w, 2)
+        l3[idx] += 4
+    idx = np.flatnonzero(_any_of(etype, _MPLS_TYPES))
+    if idx.shape[0]:
+        _mpls(buf, idx, etype, l3, end, label, bad)
+
+
+def _mpls(buf: U8, idx: I64, etype: I64, l3: I64, end: I64, label: I64, bad: I64) -> None:
+    """Pop the label stack of packets ``idx``; the payload is IP if its first nibble says so, else not IP."""
+    etype[idx] = -1  # "in the stack"
+    for depth in range(8):
+        live = idx[etype[idx] == -1]
+        if not live.shape[0]:
+            break
+        ok = l3[live] + 4 <= end[live]
+        bad[live[~ok]] = 6
+        etype[live[~ok]] = 0
+        live = live[ok]
+        w = gather(buf, l3[live], 4)
+        if depth == 0:
+            label[live] = _u32(w, 0) >> 12
+        l3[live] += 4
+        bottom = live[(w[:, 2] & 1) == 1]
+        nib = gather(buf, l3[bottom], 1)[:, 0] >> 4
+        ip_ok = l3[bottom] < end[bottom]
+        etype[bottom] = np.where(
+            ip_ok & (nib == 4), ETHERTYPE_IPV4, np.where(ip_ok & (nib == 6), ETHERTYPE_IPV6, 0x8847)
+        )
+    etype[idx[etype[idx] == -1]] = 0x8847  # deeper than 8 labels: leave it as MPLS, not IP
+
+
+def _any_of(values: I64, choices: tuple[int, ...]) -> Mask:
+    """``np.isin`` for a handful of choices, without its sort."""
+    m: Mask = values == choices[0]
+    for c in choices[1:]:
+        m |= values == c
+    return m
+
+
+def _window(buf: U8, w0: U8, pos: I64, rel: I64, width: int) -> U8:
+    """``width`` bytes at ``pos + rel``: a view of the frame-start window when every row's ``rel`` is the same."""
+    if rel.shape[0]:
+        lo = int(rel.min())
+        if lo >= 0 and lo + width <= w0.shape[1] and int(rel.max()) == lo:
+            return w0[:, lo : lo + width]
+    return gather(buf, pos + rel, width)
+
+
+def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
+    n = pos.shape[0]
+    etype = np.zeros(n, np.int64)
+    l3 = pos.copy()
+    bad = np.zeros(n, np.int64)
+    kinds = [int(lt[0])] if n and (lt == lt[0]).all() else np.unique(lt).tolist()
+    for linktype in kinds:
+        sel: slice | I64 = slice(None) if len(kinds) == 1 else np.flatnonzero(lt == linktype)
+        p = pos[sel]
+        w = w0[sel]
+        avail = end[sel] - p
+        if linktype == LT_ETHERNET:
+            et, hdr = _u16(w, 12), 14
+        elif linktype == LT_SLL:
+            et, hdr = _u16(w, 14), 16
+        elif linktype == LT_SLL2:
+            et, hdr = _u16(w, 0), 20
+        elif linktype == LT_IPOIB:
+            et, hdr = _u16(w, 40), 44
+        elif linktype in (LT_NULL, LT_LOOP):
+            af = _u32(w, 0)
+            if linktype == LT_NULL:  # host byte order of the capturing machine: try both
+                af = np.where(af > 0xFFFF, af.astype(np.uint32).byteswap().astype(np.int64), af)
+            et = np.where(af == 2, ETHERTYPE_IPV4, np.where(_any_of(af, (10, 24, 28, 30)), ETHERTYPE_IPV6, 0))
+            hdr = 4
+        elif linktype in (LT_RAW, LT_RAW_12, LT_RAW_14, LT_IPV4, LT_IPV6, _LT_MPLS):
+            fixed = {LT_IPV4: ETHERTYPE_IPV4, LT_IPV6: ETHERTYPE_IPV6, _LT_MPLS: 0x8847}.get(linktype)
+            if fixed is not None:
+                et = np.full(p.shape[0], fixed, np.int64)
+            else:
+                nib = w[:, 0] >> 4
+                et = np.where(nib == 4, ETHERTYPE_IPV4, np.where(nib == 6, ETHERTYPE_IPV6, 0))
+            hdr = 0
+        else:
+            bad[sel] = 5
+            continue
+        short = avail < max(hdr, 1)
+        etype[sel] = np.where(short, 0, et)
+        bad[sel] = np.where(short, 1, 0)
+        l3[sel] = p + hdr
+    vlan = np.full(n, -1, np.int64)
+    label = np.full(n, -1, np.int64)
+    if _any_of(etype, _VLAN_TPIDS + _MPLS_TYPES).any():
+        _shim(buf, etype, l3, end, vlan, label, bad)
+    return _Link(etype=etype, l3=l3, vlan=vlan, label=label, bad=bad)
+
+
+def decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64) -> Cols:
+    """Decode the packets whose link-layer frames start at ``pos`` and whose captured bytes end at ``end``.
+
+    ``wire_end`` is where the frame would end had nothing been cut (for IP lengths of 0, as TSO/BIG TCP
+    captures write). ``lt`` is each packet's link type.
+    """
+    out = _decode(buf, pos, end, wire_end, lt, 0)
+    # Captured payload: up to the IP end (not into Ethernet padding) and the capture end.
+    cap = np.minimum(np.minimum(end, out.pay_off + out.pay_len) - out.pay_off, out.pay_len)
+    out.pay_cap = np.where(out.kind == KIND_FLOW, np.maximum(cap, 0), 0)
+    return out
+
+
+def _decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> Cols:
+    n = pos.shape[0]
+    out = Cols(n)
+    # One gather at the frame start covers Ethernet, an IPv6 header and TCP up to its flags; deeper or
+    # shifted headers (tags, options, extension headers) are gathered again where they are.
+    w0 = gather(buf, pos, _FRAME_WINDOW)
+    link = _link(buf, w0, pos, end, lt)
+    etype, l3 = link.etype, link.l3
+    out.etype, out.vlan, out.olabel = etype, link.vlan, link.label
+    out.okind = np.where(link.label >= 0, OUTER_MPLS, OUTER_NONE).astype(np.uint8)
+    avail = end - l3
+    w = _window(buf, w0, pos, l3 - pos, 40)
+    ver = w[:, 0] >> 4
+    is4 = etype == ETHERTYPE_IPV4
+    is6 = etype == ETHERTYPE_IPV6
+    # IPv4, computed for every packet and kept where the frame is IPv4 (cheaper than subsetting).
+    ihl = (w[:, 0] & 15).astype(np.int64) * 4
+    ok4 = is4 & (avail >= 20) & (ver == 4) & (ihl >= 20)
+    total = _u16(w, 2)
+    length = np.where(total == 0, wire_end - l3, total)  # 0: segmentation offload / BIG TCP
+    short4 = ok4 & (length < ihl)
+    ok4 &= ~short4
+    bad4 = is4 & ~ok4
+    ok6 = is6 & (avail >= 40) & (ver == 6)
+    bad6 = is6 & ~ok6
+    flow = ok4 | ok6
+    out.kind = np.where(flow, KIND_FLOW, np.where((link.bad > 0) | bad4 | bad6, KIND_BAD, KIND_SKIP)).astype(np.uint8)
+    out.why = np.where(bad4, np.where(short4, 3, 2), np.where(bad6, 4, link.bad)).astype(np.uint8)
+    mapped = np.uint64(0xFFFF << 32)
+    out.src_lo = _u32(w, 12).astype(np.uint64) | mapped
+    out.dst_lo = _u32(w, 16).astype(np.uint64) | mapped
+    out.proto = w[:, 9].copy()
+    first = (_u16(w, 6) & 0x1FFF) == 0
+    at = l3 + ihl  # where the transport header (or a later fragment's data) starts
+    readable = at <= end
+    if ok6.any():
+        length = np.where(ok6, np.where(_u16(w, 4) == 0, wire_end - l3, _u16(w, 4) + 40), length)
+        i6 = np.flatnonzero(ok6)
+        out.src_hi[i6], out.src_lo[i6] = _u64(w[i6], 8), _u64(w[i6], 16)
+        out.dst_hi[i6], out.dst_lo[i6] = _u64(w[i6], 24), _u64(w[i6], 32)
+        nh, at6, first6, readable6 = _ipv6_ext(buf, w[i6, 6].astype(np.int64), l3[i6] + 40, end[i6])
+        out.proto[i6] = nh
+        at[i6], first[i6], readable[i6] = at6, first6, readable6
+    out.length = np.where(flow, length, 0)
+    ip_end = l3 + out.length
+    # Non-first fragments carry no transport header: their payload starts right after the IP header(s).
+    has_l4 = flow & first & readable
+    out.trunc = flow & first & ~readable
+    t = _window(buf, w0, pos, at - pos, 14)
+    proto = out.proto.astype(np.int64)
+    ported = has_l4 & _any_of(proto, _PORTED)
+    avail4 = end - at
+    has_ports = ported & (avail4 >= 4)
+    out.trunc |= ported & ~has_ports
+    out.sport = np.where(has_ports, _u16(t, 0), -1)
+    out.dport = np.where(has_ports, _u16(t, 2), -1)
+    tcp = has_l4 & (proto == 6)
+    flags_ok = tcp & (avail4 >= 14)
+    out.syn = flags_ok & ((t[:, 13] & 0x12) == 0x02)
+    hdr = np.where(flags_ok, np.maximum((t[:, 12] >> 4).astype(np.int64) * 4, 20), 20) * tcp
+    hdr += 8 * (has_l4 & _any_of(proto, (17, 136, 1, 58)))  # udp, udp-lite; icmp/icmpv6: type..rest
+    hdr += 12 * (has_l4 & (proto == 132))
+    out.pay_off = at + hdr
+    out.pay_len = np.where(flow, np.maximum(ip_end - out.pay_off, 0), 0)
+    macsec = etype == ETHERTYPE_MACSEC
+    if macsec.any():
+        _macsec(buf, np.flatnonzero(macsec), pos, l3, end, wire_end, out)
+    if depth < 2:
+        _overlays(buf, end, wire_end, out, depth)
+    return out
+
+
+def _ipv6_ext(buf: U8, nh: I64, at: I64, end: I64) -> tuple[I64, I64, Mask, Mask]:
+    """Walk IPv6 extension headers: (transport protocol, its offset, first fragment?, header readable?)."""
+    first = np.ones(nh.shape[0], np.bool_)
+    readable = np.ones(nh.shape[0], np.bool_)
+    for _ in range(8):
+        ext = np.flatnonzero(_any_of(nh, _IPV6_EXT) & readable & first)
+        if not ext.shape[0]:
+            break
+        fits = at[ext] + 8 <= end[ext]
+        readable[ext[~fits]] = False
+        ext = ext[fits]
+        e = gather(buf, at[ext], 8)
+        frag = nh[ext] == 44
+        first[ext[frag]] = (_u16(e[frag], 2) >> 3) == 0
+        at[ext] += np.where(frag, 8, (e[:, 1].astype(np.int64) + 1) * 8)
+        nh[ext] = e[:, 0]
+    return nh, at, first, readable & (at <= end)
+
+
+def _macsec(buf: U8, idx: I64, pos: I64, l3: I64, end: I64, wire_end: I64, out: Cols) -> None:
+    """An 802.1AE frame is an L2 flow between MAC addresses; its SecTAG and payload are the sample."""
+    if not idx.shape[0]:
+        return
+    w = gather(buf, pos[idx], 12)
+    ok = l3[idx] <= end[idx]
+    idx, w = idx[ok], w[ok]
+    mac = np.zeros((idx.shape[0], 8), np.uint8)
+    mac[:, 2:] = w[:, 6:12]
+    out.src_lo[idx] = mac.view(">u8").ravel()
+    mac[:, 2:] = w[:, 0:6]
+    out.dst_lo[idx] = mac.view(">u8").ravel()
+    out.kind[idx] = KIND_FLOW
+    out.proto[idx] = 0
+    out.length[idx] = wire_end[idx] - l3[idx]
+    out.pay_off[idx] = l3[idx]
+    out.pay_len[idx] = wire_end[idx] - l3[idx]
+
+
+def _overlays(buf: U8, end: I64, wire_end: I64, out: Cols, depth: int) -> None:
+    """Replace VXLAN, Geneve and MPLS-over-UDP packets by their inner flow, keeping the outer header."""
+    udp = (out.kind == KIND_FLOW) & (out.proto == 17)
+    idx = np.flatnonzero(udp & _any_of(out.dport, (_UDP_VXLAN, _UDP_GENEVE, _UDP_MPLS)))
+    if not idx.shape[0]:
+        return
+    p = out.pay_off[idx]
+    w = gather(buf, p, 8)
+    fits = p + 8 <= end[idx]
+    dport = out.dport[idx]
+    inner = np.full(idx.shape[0], -1, np.int64)
+    lt = np.full(idx.shape[0], LT_ETHERNET, np.int64)
+    kind = np.zeros(idx.shape[0], np.uint8)
+    vni = _u32(w, 4) >> 8
+    vx = fits & (dport == _UDP_VXLAN) & ((w[:, 0] & 0x08) != 0)
+    inner[vx] = p[vx] + 8
+    kind[vx] = OUTER_VXLAN
+    ptype = _u16(w, 2)
+    gv = (
+        fits & (dport == _UDP_GENEVE) & ((w[:, 0] >> 6) == 0) & _any_of(ptype, (0x6558, ETHERTYPE_IPV4, ETHERTYPE_IPV6))
+    )
+    inner[gv] = p[gv] + 8 + (w[gv, 0] & 0x3F).astype(np.int64) * 4
+    lt[gv] = np.where(ptype[gv] == 0x6558, LT_ETHERNET, np.where(ptype[gv] == ETHERTYPE_IPV4, LT_IPV4, LT_IPV6))
+    kind[gv] = OUTER_GENEVE
+    mp = fits & (dport == _UDP_MPLS)
+    inner[mp] = p[mp]
+    lt[mp] = _LT_MPLS
+    kind[mp] = OUTER_MPLS_UDP
+    take = inner >= 0
+    idx, inner, lt, kind, vni = idx[take], inner[take], lt[take], kind[take], vni[take]
+    if not idx.shape[0]:
+        return
+    udp_end = out.pay_off[idx] + out.pay_len[idx]
+    sub = _decode(buf, inner, np.minimum(end[idx], udp_end), udp_end, lt, depth + 1)
+    # The nearest tunnel describes the flow (an MPLS stack inside it only lends its label).
+    top = (sub.okind == OUTER_NONE) | (sub.okind == OUTER_MPLS)
+    sub.okind = np.where(top, kind, sub.okind)
+    sub.ovni = np.where(top, np.where(kind == OUTER_MPLS_UDP, -1, vni), sub.ovni)
+    sub.osrc_hi = np.where(top, out.src_hi[idx], sub.osrc_hi)
+    sub.osrc_lo = np.where(top, out.src_lo[idx], sub.osrc_lo)
+    sub.odst_hi = np.where(top, out.dst_hi[idx], sub.odst_hi)
+    sub.odst_lo = np.where(top, out.dst_lo[idx], sub.odst_lo)
+    out.put(idx, sub)
+
+
+__all__ = [
+    "BAD_REASONS",
+    "KIND_BAD",
+    "KIND_FLOW",
+    "KIND_SKIP",
+    "OUTER_NAMES",
+    "OUTER_NONE",
+    "Cols",
+    "decode",
+]

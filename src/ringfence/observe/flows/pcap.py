@@ -1,0 +1,364 @@
+"""Fast streaming reader of pcap and pcapng captures into the one flow schema.
+
+Speed comes from never making a Python object per packet: the file is read in large chunks into one
+reused buffer, record boundaries are found in bulk (:mod:`._pcap_walk`), header fields of all packets of a
+batch are gathered with numpy (:mod:`._pcap_decode`), and packets are grouped into flows per batch and
+merged into per-flow state (:mod:`._pcap_flows`). Memory is bounded by the buffer, one batch and the
+per-flow state (including up to ``SAMPLES_PER_FLOW`` payload heads per flow), whatever the file size.
+
+What it decodes: classic pcap (both byte orders, micro- and nanosecond), pcapng (both byte orders, several
+sections and interfaces with their own link types and timestamp resolutions; enhanced, simple and obsolete
+packet blocks); Ethernet with 802.1Q/802.1ad tag stacks, Linux cooked (SLL, SLL2), raw IP, IP over
+InfiniBand, BSD null/loopback; MPLS label stacks; IPv4 with options; IPv6 with extension headers; VXLAN,
+Geneve and MPLS over UDP (the *inner* flow is reported, the tunnel in ``outer``); MACsec frames as L2
+flows between MAC addresses. IP fragments are not reassembled: a first fragment counts in its 5-tuple
+flow, later fragments (which carry no ports) in a flow of the same addresses and protocol without ports.
+Frames that are not IP (ARP, LLDP, …) make no flow and are counted in a warning.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import struct
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, Final, cast
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, decode
+from ringfence.observe.flows._pcap_flows import FlowAccumulator
+from ringfence.observe.flows._pcap_walk import (
+    MAX_BLOCK,
+    PCAP_MAGIC_NS,
+    PCAP_MAGIC_US,
+    PCAPNG_BOM,
+    PCAPNG_SHB,
+    Frames,
+    Interface,
+    NgSection,
+    PcapngWalker,
+    PcapWalker,
+)
+from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
+from ringfence.observe.samples import FlowKeys, PayloadSamples
+
+#: Bytes read per chunk.
+CHUNK_BYTES: Final = 32 << 20
+#: Packets decoded per batch (bounds the per-packet working set to a few tens of MB).
+BATCH_PACKETS: Final = 65536
+
+_PCAP_MAGICS: Final = {
+    struct.pack("<I", PCAP_MAGIC_US): (True, False),
+    struct.pack(">I", PCAP_MAGIC_US): (False, False),
+    struct.pack("<I", PCAP_MAGIC_NS): (True, True),
+    struct.pack(">I", PCAP_MAGIC_NS): (False, True),
+}
+_SHB_MAGIC: Final = struct.pack("<I", PCAPNG_SHB)  # a palindrome: the same in both byte orders
+
+# Frames and processes ``buf[start:n]`` (``buf[0]`` is at file offset ``base``); returns (end of what was
+# consumed, stop?). ``start`` is a record boundary.
+_Step = Callable[[npt.NDArray[np.uint8], int, int, int], tuple[int, bool]]
+# Populate the page tables up front: one system call instead of a page fault per 4 KiB.
+_MAP_FLAGS: Final = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+class _Tally:
+    """Counts of packets that made no flow, for the warnings."""
+
+    def __init__(self) -> None:
+        self.non_ip: Counter[int] = Counter()
+        self.bad: Counter[int] = Counter()
+        self.bad_at: dict[int, int] = {}
+        self.trunc = 0
+        self.trunc_at = -1
+
+    def add(self, kind: npt.NDArray[np.uint8], why: npt.NDArray[np.uint8], etype: npt.NDArray[np.int64],
+            trunc: npt.NDArray[np.bool_], offsets: npt.NDArray[np.int64]) -> None:  # fmt: skip
+        skip = kind == KIND_SKIP
+        if skip.any():
+            values, counts = np.unique(etype[skip], return_counts=True)
+            self.non_ip.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+        bad = np.flatnonzero(kind == KIND_BAD)
+        for code in np.unique(why[bad]).tolist():
+            at = bad[why[bad] == code]
+            self.bad[code] += int(at.shape[0])
+            self.bad_at.setdefault(code, int(offsets[at[0]]))
+        t = np.flatnonzero(trunc & (kind == KIND_FLOW))
+        if t.shape[0]:
+            self.trunc += int(t.shape[0])
+            if self.trunc_at < 0:
+                self.trunc_at = int(offsets[t[0]])
+
+    def warnings(self, name: str) -> list[str]:
+        out = [
+            f"{name}: {count} packet(s) not decoded: {BAD_REASONS[code]} (first at byte {self.bad_at[code]})"
+            for code, count in sorted(self.bad.items())
+        ]
+        if self.trunc:
+            out.append(
+                f"{name}: {self.trunc} packet(s) cut before their transport header were counted in flows without "
+                f"ports (first at byte {self.trunc_at})"
+            )
+        if self.non_ip:
+            kinds = ", ".join(f"{et:#06x}×{c}" for et, c in sorted(self.non_ip.items()))
+            out.append(f"{name}: {sum(self.non_ip.values())} frame(s) that are not IP made no flow (ethertype {kinds})")
+        return out
+
+
+class PcapReader:
+    """Reads classic pcap and pcapng files into flows (see the module docstring for what it decodes)."""
+
+    name = "pcap"
+
+    def __init__(self, *, chunk_bytes: int = CHUNK_BYTES, batch_packets: int = BATCH_PACKETS) -> None:
+        """``chunk_bytes`` and ``batch_packets`` trade memory for speed; small values are for tests."""
+        self.chunk_bytes = max(4096, chunk_bytes)
+        self.batch_packets = max(1, batch_packets)
+
+    def sniff(self, head: bytes) -> bool:
+        """True if ``head`` starts with a pcap magic number or a pcapng section header."""
+        return head[:4] in _PCAP_MAGICS or head[:4] == _SHB_MAGIC
+
+    def read(self, path: Path, *, progress: ProgressFn | None = None) -> ReadResult:
+        """Read the whole capture into flows. Raises :class:`FlowSourceError` if nothing of it is readable."""
+        table, _, _, run = self._read(path, progress)
+        return ReadResult(flows=table, warnings=run.all_warnings(), records=run.records)
+
+    def _read(self, path: Path, progress: ProgressFn | None) -> tuple[pa.Table, FlowKeys, PayloadSamples, _Read]:
+        """The flows with the classifier's inputs (tests look at those too)."""
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                run = _Read(self, path, f, size, progress)
+                run.run()
+        except OSError as exc:
+            raise FlowSourceError(str(path), f"cannot read capture: {exc.strerror or exc}") from exc
+        table, keys, samples = run.flows.table(f"pcap:{path.name}")
+        return table, keys, samples, run
+
+
+class _Read:
+    """One read of one file: buffer, walkers and accumulators."""
+
+    def __init__(self, reader: PcapReader, path: Path, f: BinaryIO, size: int, progress: ProgressFn | None) -> None:
+        self.path = path
+        self.f = f
+        self.size = size
+        self.progress = progress
+        self.batch = reader.batch_packets
+        self.chunk = reader.chunk_bytes
+        self.flows = FlowAccumulator()
+        self.tally = _Tally()
+        self.warnings: list[str] = []
+        self.records = 0
+        self.interfaces: list[Interface] = []
+
+    def _error(self, offset: int, message: str) -> FlowSourceError:
+        return FlowSourceError(f"{self.path}@{offset}", message)
+
+    def run(self) -> None:
+        head = self.f.read(24)
+        if not head:
+            self.warnings.append(f"{self.path.name}: the file is empty")
+        elif head[:4] in _PCAP_MAGICS:
+            self._run_pcap(head)
+        elif head[:4] == _SHB_MAGIC:
+            self._run_pcapng(head)
+        else:
+            raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
+
+    def all_warnings(self) -> tuple[str, ...]:
+        """Framing warnings, then the tallies of packets that made no flow."""
+        return (*self.warnings, *self.tally.warnings(self.path.name))
+
+    # -- chunked reading ---------------------------------------------------------------------------------
+
+    def _stop(self, offset: int, message: str) -> None:
+        """Corruption at ``offset``: an error if nothing was readable before it, else a warning."""
+        if self.records == 0:
+            raise self._error(offset, message)
+        self.warnings.append(
+            f"{self.path.name}: stopped at byte {offset}: {message}; flows before it are reported, the rest is not read"
+        )
+
+    def _loop(self, start: int, step: _Step, prefix: bytes) -> None:
+        """Feed the file to ``step`` window by window, each window starting on a record boundary.
+
+        ``prefix``: bytes from ``start`` on that were already read from the stream (for pipes).
+        """
+        try:
+            fileno = self.f.fileno()
+            mappable = self.size > 0 and os.path.isfile(self.path)
+        except (OSError, ValueError):
+            mappable = False
+        if mappable:
+            self._loop_mmap(fileno, start, step)
+        else:
+            self._loop_read(start, step, prefix)
+
+    def _loop_mmap(self, fileno: int, file_off: int, step: _Step) -> None:
+        # Mapped windows: only the cache lines of headers are touched, never the bulk of the payload bytes.
+        while file_off < self.size:
+            base = file_off - file_off % mmap.ALLOCATIONGRANULARITY
+            length = min(self.chunk, self.size - base)
+            eof = base + length >= self.size
+            mm = mmap.mmap(fileno, length, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base)
+            try:
+                buf = np.frombuffer(mm, np.uint8)
+                rel = file_off - base
+                consumed, stop = step(buf, rel, length, base)
+                del buf
+            finally:
+                try:
+                    mm.close()
+                except BufferError:  # a view still alive: the mapping goes when it does
+                    pass
+            if stop:
+                return
+            if self.progress is not None:
+                self.progress(base + consumed, self.size)
+            if eof:
+                if consumed < length:
+                    self._stop(base + consumed, f"the last {length - consumed} byte(s) are not a complete record")
+                return
+            if consumed == rel:  # a record longer than the window: widen it (bounded by the framing limits)
+                if self.chunk >= 4 * MAX_BLOCK:
+                    raise self._error(file_off, "record larger than any valid capture record")
+                self.chunk *= 2
+            file_off = base + consumed
+
+    def _loop_read(self, file_off: int, step: _Step, prefix: bytes) -> None:
+        # Pipes and devices: read into one reused buffer, carrying an incomplete record to the next read.
+        buf = np.zeros(max(self.chunk, len(prefix)), np.uint8)
+        buf[: len(prefix)] = np.frombuffer(prefix, np.uint8)
+        carry = len(prefix)
+        while True:
+            n = carry
+            mem = memoryview(buf)  # type: ignore[arg-type]
+            while n < buf.shape[0]:
+                got = cast(io.BufferedIOBase, self.f).readinto(mem[n:])
+                if not got:
+                    break
+                n += got
+            del mem
+            eof = n < buf.shape[0]
+            if n == 0:
+                return
+            consumed, stop = step(buf[:n], 0, n, file_off)
+            if stop:
+                return
+            if self.progress is not None:
+                self.progress(file_off + consumed, self.size)
+            if eof:
+                if consumed < n:
+                    self._stop(file_off + consumed, f"the last {n - consumed} byte(s) are not a complete record")
+                return
+            if consumed == 0:
+                if buf.shape[0] >= 4 * MAX_BLOCK:
+                    raise self._error(file_off, "record larger than any valid capture record")
+                buf = np.concatenate([buf, np.zeros(buf.shape[0], np.uint8)])
+            rest = n - consumed
+            buf[:rest] = buf[consumed:n]
+            carry = rest
+            file_off += consumed
+
+    # -- classic pcap ------------------------------------------------------------------------------------
+
+    def _run_pcap(self, head: bytes) -> None:
+        little, nano = _PCAP_MAGICS[head[:4]]
+        if len(head) < 24:
+            raise self._error(len(head), "truncated pcap file header (24 bytes expected)")
+        e = "<" if little else ">"
+        major, _minor, _zone, _sigfigs, _snaplen, linktype = struct.unpack(e + "HHiIII", head[4:24])
+        if major != 2:
+            raise self._error(4, f"unsupported pcap version {major}")
+        walker = PcapWalker(little, nano, linktype & 0xFFFF)
+        self.interfaces.append(Interface(linktype & 0xFFFF, 10**9 if nano else 10**6))
+
+        def step(buf: npt.NDArray[np.uint8], start: int, n: int, base: int) -> tuple[int, bool]:
+            walk = walker.walk(buf, start, n)
+            self._process(buf, walker.frames(buf, walk.pos), walk.pos, base)
+            if walk.error is not None:
+                self._stop(base + walk.error.offset, walk.error.message)
+                return walk.tail, True
+            return walk.tail, False
+
+        self._loop(24, step, b"")
+
+    # -- pcapng ------------------------------------------------------------------------------------------
+
+    def _run_pcapng(self, head: bytes) -> None:
+        state: dict[str, PcapngWalker | None] = {"walker": None}
+
+        def step(buf: npt.NDArray[np.uint8], start: int, n: int, base: int) -> tuple[int, bool]:
+            p = start
+            while True:
+                walker = state["walker"]
+                if walker is None:  # at a section header block
+                    shb = self._section(buf, p, n, base)
+                    if shb is None:
+                        return p, False
+                    walker, p = shb
+                    state["walker"] = walker
+                    continue
+                walk, at_shb = walker.walk(buf, p, n)
+                assert walk.kinds is not None
+                frames, error = walker.frames(buf, walk.pos, walk.kinds)
+                self._process(buf, frames, walk.pos, base)
+                if error is None:
+                    error = walk.error
+                if error is not None:
+                    self._stop(base + error.offset, error.message)
+                    return walk.tail, True
+                p = walk.tail
+                if not at_shb:
+                    return p, False
+                state["walker"] = None
+
+        self._loop(0, step, head)
+
+    def _section(self, buf: npt.NDArray[np.uint8], p: int, n: int, base: int) -> tuple[PcapngWalker, int] | None:
+        """Parse the section header block at ``p``; None if it is not complete in the buffer yet."""
+        if p + 12 > n:
+            return None
+        raw = buf[p : p + 12].tobytes()
+        if raw[:4] != _SHB_MAGIC:
+            raise self._error(base + p, "pcapng section header block expected")
+        bom = raw[8:12]
+        if bom == struct.pack("<I", PCAPNG_BOM):
+            little = True
+        elif bom == struct.pack(">I", PCAPNG_BOM):
+            little = False
+        else:
+            raise self._error(base + p + 8, f"pcapng byte-order magic {bom.hex()} is not valid")
+        total = struct.unpack("<I" if little else ">I", raw[4:8])[0]
+        if total % 4 or total < 28 or total > MAX_BLOCK:
+            raise self._error(base + p + 4, f"pcapng section header block length {total} is invalid")
+        if p + total > n:
+            return None
+        section = NgSection(little=little, base=len(self.interfaces))
+        return PcapngWalker(section, self.interfaces), p + total
+
+    # -- decoding ----------------------------------------------------------------------------------------
+
+    def _process(self, buf: npt.NDArray[np.uint8], frames: Frames, pos: npt.NDArray[np.int64], base: int) -> None:
+        """Decode and aggregate the packets of ``frames`` in batches."""
+        linktypes = np.array([i.linktype for i in self.interfaces] or [0], np.int64)
+        for s in range(0, frames.n, self.batch):
+            e = min(frames.n, s + self.batch)
+            data = frames.data[s:e]
+            end = data + frames.caplen[s:e]
+            wire_end = data + np.maximum(frames.wirelen[s:e], frames.caplen[s:e])
+            cols = decode(buf, data, end, wire_end, linktypes[frames.iface[s:e]])
+            self.tally.add(cols.kind, cols.why, cols.etype, cols.trunc, pos[s:e] + base)
+            self.flows.add(buf, cols, frames.ts_ns[s:e], self.records)
+            self.records += e - s
+
+
+__all__ = ["BATCH_PACKETS", "CHUNK_BYTES", "PcapReader"]

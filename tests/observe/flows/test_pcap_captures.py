@@ -1,0 +1,227 @@
+"""The pcap reader on tcpdump's own regression captures, checked against tcpdump's and tshark's decodes."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shutil
+import subprocess
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from ringfence.observe.flows.interface import FlowSourceError, ReadResult
+from ringfence.observe.flows.pcap import PcapReader
+from ringfence.observe.schema import FLOW_SCHEMA
+
+CAPTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "captures" / "tcpdump-tests"
+ALL = sorted(p.name for p in CAPTURES.glob("*.pcap*")) if CAPTURES.is_dir() else []
+WITH_OUT = [n for n in ALL if (CAPTURES / n).with_suffix(".out").is_file()]
+TUNNEL_PORTS = {4789, 6081, 6635}
+
+pytestmark = pytest.mark.skipif(not ALL, reason="shared tcpdump captures not present")
+
+Endpoint = tuple[str, int | None]
+Pair = frozenset[Endpoint] | tuple[Endpoint, Endpoint]
+
+
+@cache
+def read(name: str) -> ReadResult:
+    """Each capture is read once per session."""
+    return PcapReader().read(CAPTURES / name)
+
+
+def rows(table: pa.Table) -> list[dict[str, object]]:
+    """Rows as dicts, without the nanosecond timestamps (which Python datetimes cannot hold)."""
+    return table.drop_columns(["first_seen", "last_seen"]).to_pylist()
+
+
+def _endpoint(text: str) -> Endpoint | None:
+    """``1.2.3.4.80``, ``1.2.3.4``, ``2001:db8::1.53``, ``::1`` → (canonical address, port or None)."""
+    addr, port = text, None
+    if ":" in text:
+        if "." in text:
+            addr, p = text.rsplit(".", 1)
+            port = int(p)
+    else:
+        parts = text.split(".")
+        if len(parts) == 5:
+            addr, port = ".".join(parts[:4]), int(parts[4])
+        elif len(parts) != 4:
+            return None
+    try:
+        return ipaddress.ip_address(addr).compressed, port
+    except ValueError:
+        return None
+
+
+def _pair(a: Endpoint, b: Endpoint) -> tuple[Endpoint, Endpoint]:
+    return (a, b) if (a[0], a[1] or -1) <= (b[0], b[1] or -1) else (b, a)
+
+
+_PACKET = re.compile(r"^\s*\d+\s+\S+ \S+ |^\s*\d+\s+\d\d:\d\d:\d\d\.\d+ ")
+_IP_PAIR = re.compile(r"(?<!\S)([0-9a-fA-F:.]+) > ([0-9a-fA-F:.]+):")
+_MAC_PAIR = re.compile(r"([0-9a-f]{2}(?::[0-9a-f]{2}){5}) > ([0-9a-f]{2}(?::[0-9a-f]{2}){5}), ethertype 802\.1AE")
+
+
+def tcpdump_counts(out: Path) -> Counter[tuple[Endpoint, Endpoint]]:
+    """Packets per endpoint pair in tcpdump's decode (the inner pair for VXLAN/Geneve/MPLS-over-UDP)."""
+    packets: list[str] = []
+    for line in out.read_text(errors="replace").splitlines():
+        if _PACKET.match(line):
+            packets.append(line)
+        elif packets and not line.lstrip().startswith("0x"):
+            packets[-1] += "\n" + line
+    counts: Counter[tuple[Endpoint, Endpoint]] = Counter()
+    for text in packets:
+        mac = _MAC_PAIR.search(text)
+        if mac:
+            counts[_pair((mac.group(1), None), (mac.group(2), None))] += 1
+            continue
+        pairs = [(a, b) for a, b in ((_endpoint(x), _endpoint(y)) for x, y in _IP_PAIR.findall(text)) if a and b]
+        if not pairs:
+            continue  # ARP, or an IP header too broken to print
+        a, b = pairs[0]
+        if {a[1], b[1]} & TUNNEL_PORTS and re.search(r"VXLAN|Geneve|MPLS", text):
+            if len(pairs) == 1:
+                continue  # the tunnel carries ARP or another non-IP frame: no flow
+            a, b = pairs[1]
+        counts[_pair(a, b)] += 1
+    return counts
+
+
+def our_counts(table: pa.Table) -> Counter[tuple[Endpoint, Endpoint]]:
+    counts: Counter[tuple[Endpoint, Endpoint]] = Counter()
+    for row in table.select(["src", "sport", "dst", "dport", "packets"]).to_pylist():
+        counts[_pair((row["src"], row["sport"]), (row["dst"], row["dport"]))] += row["packets"]
+    return counts
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_capture_reads_into_the_flow_schema(name: str) -> None:
+    try:
+        result = read(name)
+    except FlowSourceError as exc:  # allowed only for captures that are corrupt as files
+        assert str(CAPTURES / name) in exc.message
+        pytest.fail(f"{name} is a valid capture file but was refused: {exc.message}")
+    assert result.flows.schema == FLOW_SCHEMA
+    assert all(s == f"pcap:{name}" for s in result.flows.column("source").to_pylist())
+    packets = sum(result.flows.column("packets").to_pylist())
+    assert packets <= result.records
+    fwd = result.flows.column("packets_fwd").to_pylist()
+    assert all(0 <= f <= p for f, p in zip(fwd, result.flows.column("packets").to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("name", WITH_OUT)
+def test_packet_counts_agree_with_tcpdump(name: str) -> None:
+    expected = tcpdump_counts((CAPTURES / name).with_suffix(".out"))
+    assert our_counts(read(name).flows) == expected
+
+
+def test_counts_cover_the_interesting_encapsulations() -> None:
+    # The comparison above must really have exercised these: guard against a parser that finds nothing.
+    for name, pairs in (("vxlan.pcap", 1), ("mpls-over-udp.pcap", 1), ("ipoib.pcap", 7), ("ssh.pcap", 1)):
+        assert len(tcpdump_counts((CAPTURES / name).with_suffix(".out"))) == pairs, name
+
+
+def test_nanosecond_timestamps_are_exact() -> None:
+    flows = read("tcp-handshake-nano.pcap").flows
+    assert flows.num_rows == 1
+    first = flows.column("first_seen").cast(pa.int64())[0].as_py()
+    last = flows.column("last_seen").cast(pa.int64())[0].as_py()
+    assert first % 10**9 == 924505488 and last % 10**9 == 52115157  # 17:16:09.924505488 … 17:16:10.052115157
+    assert last - first == 127609669
+
+
+def test_handshake_orientation_and_counters() -> None:
+    (row,) = rows(read("tcp-handshake-nano.pcap").flows)
+    assert (row["src"], row["sport"], row["dst"], row["dport"], row["proto"]) == (
+        "131.155.215.69", 46656, "137.116.81.94", 80, 6)  # fmt: skip
+    assert (row["packets"], row["packets_fwd"]) == (3, 2)
+    assert row["payload_bytes"] == 0
+
+
+def test_overlays_report_the_inner_flow_and_describe_the_outer() -> None:
+    (vx,) = rows(read("vxlan.pcap").flows)
+    assert (vx["src"], vx["dst"], vx["proto"], vx["sport"]) == ("192.168.203.3", "192.168.203.5", 1, None)
+    assert vx["outer"] == "vxlan 192.168.203.1→192.168.202.1 vni 100"
+    (mp,) = rows(read("mpls-over-udp.pcap").flows)
+    assert mp["outer"] == "mpls-over-udp 10.100.12.170→10.100.13.157 label 21"
+    geneve = rows(read("geneve.pcap").flows)
+    assert {r["outer"].split(" vni ")[0].split(" ")[0] for r in geneve} == {"geneve"}
+    assert sum(r["packets"] for r in geneve if r["proto"] == 6) == 33
+
+
+def test_macsec_is_an_l2_flow_between_mac_addresses() -> None:
+    (row,) = rows(read("macsec-encrypted.pcap").flows)
+    assert (row["src"], row["dst"], row["proto"], row["sport"]) == ("2e:b7:3f:39:95:c3", "3e:6f:f3:74:23:7c", 0, None)
+    assert row["bytes"] == 116  # frame after the MAC addresses: SecTAG, payload, ICV
+
+
+def test_esp_has_no_ports_and_vlan_is_recorded() -> None:
+    (esp,) = rows(read("02-sunrise-sunset-esp.pcap").flows)
+    assert (esp["proto"], esp["sport"], esp["dport"], esp["packets"]) == (50, None, None, 8)
+    (http,) = rows(read("ipv4_tcp_http_xml.pcap").flows)
+    assert http["vlan"] is not None and http["dport"] == 80
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("ipv6_invalid_length.pcap", "IPv6 header truncated or invalid version (first at byte 24)"),
+        ("ipv6hdr-heapoverflow.pcap", "counted in flows without ports (first at byte 24)"),
+        ("802.1ad_QinQ.pcap", "2 frame(s) that are not IP made no flow (ethertype 0x0806×2)"),
+    ],
+)
+def test_malformed_packets_are_named_in_warnings(name: str, words: str) -> None:
+    warnings = read(name).warnings
+    assert any(words in w and w.startswith(name) for w in warnings), warnings
+
+
+@pytest.mark.parametrize("name", ["heapoverflow-tcp_print.pcap", "tcp_header_heapoverflow.pcap",
+                                  "udp-length-heapoverflow.pcap", "esp_truncated.pcap"])  # fmt: skip
+def test_hostile_lengths_do_not_read_past_the_capture(name: str) -> None:
+    (row,) = rows(read(name).flows)
+    assert row["payload_bytes"] >= 0
+    assert row["packets"] == 1
+
+
+def test_empty_pcapng_has_no_flows_and_no_warning() -> None:
+    result = read("empty.pcapng")
+    assert result.flows.num_rows == 0 and result.records == 0 and not result.warnings
+
+
+_CONV = re.compile(r"^(\S+)\s+<->\s+(\S+)\s+\d+\s+\S+\s+\w+\s+\d+\s+\S+\s+\w+\s+(\d+)\s")
+
+
+def tshark_counts(path: Path) -> Counter[tuple[Endpoint, Endpoint]]:
+    """Total frames per TCP and UDP conversation from ``tshark -q -z conv,tcp -z conv,udp``."""
+    out = subprocess.run(
+        ["tshark", "-q", "-n", "-r", str(path), "-z", "conv,tcp", "-z", "conv,udp"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    counts: Counter[tuple[Endpoint, Endpoint]] = Counter()
+    for line in out.splitlines():
+        m = _CONV.match(line)
+        if not m:
+            continue
+        ends = []
+        for text in m.group(1, 2):
+            addr, port = text.rsplit(":", 1)
+            ends.append((ipaddress.ip_address(addr).compressed, int(port)))
+        if {ends[0][1], ends[1][1]} & TUNNEL_PORTS:
+            continue  # the tunnel itself: we report what is inside it
+        counts[_pair(ends[0], ends[1])] += int(m.group(3))
+    return counts
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark not installed")
+@pytest.mark.parametrize("name", ["geneve.pcap", "ssh.pcap", "quic_handshake.pcap", "mptcp-v1.pcap", "ntp.pcap"])
+def test_tcp_and_udp_counts_agree_with_tshark(name: str) -> None:
+    expected = tshark_counts(CAPTURES / name)
+    assert expected, "tshark found no conversations: the parser is out of date"
+    ours = Counter({k: v for k, v in our_counts(read(name).flows).items() if k[0][1] is not None})
+    assert ours == expected
