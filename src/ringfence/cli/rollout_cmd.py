@@ -1,0 +1,214 @@
+"""``ringfence rollout plan|budget|status|advance|abort``: the recorded canary rollout."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ringfence.bench.compare import GateBudget
+from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, RankSpec, parse_size, parse_sizes
+from ringfence.bench.placement import lab_ranks, local_ranks
+from ringfence.bench.run import load_run
+from ringfence.errors import InputError
+from ringfence.policy import load_policy
+from ringfence.rollout.interface import EvidenceSink, RolloutError, StepAction
+from ringfence.rollout.layers import AllReduceBenchmarker, load_layer
+from ringfence.rollout.machine import Rollout, StepTools
+from ringfence.rollout.state import state_to_dict
+
+
+def _evidence(args: argparse.Namespace) -> EvidenceSink:
+    from ringfence.evidence.store import EvidenceStore, default_store_path
+
+    return EvidenceStore.open(args.evidence or default_store_path())
+
+
+def _nodes(text: str, what: str) -> list[str]:
+    nodes = [n.strip() for n in text.split(",") if n.strip()]
+    if not nodes:
+        raise InputError(what, "name at least one node")
+    return nodes
+
+
+def _budget(args: argparse.Namespace) -> GateBudget | None:
+    over: dict[str, Any] = {}
+    if args.busbw_loss is not None:
+        over["busbw_loss_pct"] = args.busbw_loss
+    if args.p99_growth is not None:
+        over["p99_growth_pct"] = args.p99_growth
+    if args.min_repeats is not None:
+        over["min_repeats"] = args.min_repeats
+    if args.gate_sizes:
+        try:
+            over["sizes"] = tuple(parse_size(s) for s in args.gate_sizes.split(","))
+        except ValueError as exc:
+            raise InputError("--gate-sizes", str(exc)) from exc
+    if args.policy:
+        return GateBudget.from_policy(load_policy(args.policy).budget, **over)
+    return GateBudget(**over) if over else None
+
+
+def _plan(args: argparse.Namespace) -> int:
+    pair = _nodes(args.pair, "--pair")
+    try:
+        sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
+    except ValueError as exc:
+        raise InputError("--sizes", str(exc)) from exc
+    bench = {"target": args.target, "sizes": list(sizes), "dtype": args.dtype, "backend": args.backend,
+             "warmup": args.warmup, "iterations": args.iters, "repeats": args.repeats, "timeout_s": args.timeout}
+    ro = Rollout.plan(Path(args.state), pair=pair, layer=args.layer, evidence=_evidence(args),
+                      fleet=_nodes(args.fleet, "--fleet") if args.fleet else (), budget=_budget(args),
+                      budget_source=args.policy or "command line", bench=bench)
+    print(_status_text(ro))
+    return 0
+
+
+def _budget_cmd(args: argparse.Namespace) -> int:
+    ro = Rollout.open(Path(args.state), _evidence(args))
+    budget = _budget(args)
+    if budget is None and not args.baseline:
+        raise InputError("rollout budget", "give --policy or budget flags (and/or --baseline RUN)")
+    if budget is not None:
+        ro.record_budget(budget, args.policy or "command line")
+    if args.baseline:
+        ro.record_baseline(load_run(args.baseline), args.baseline)
+    print(_status_text(ro))
+    return 0
+
+
+def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
+    b = ro.state.bench
+    spec = BenchSpec(sizes=tuple(b.get("sizes", DEFAULT_SIZES)), dtype=b.get("dtype", "float32"),
+                     backend=b.get("backend", "gloo"), warmup=int(b.get("warmup", 5)),
+                     iterations=int(b.get("iterations", 20)), repeats=int(b.get("repeats", 3)),
+                     timeout_s=float(b.get("timeout_s", 1800.0)))
+    target = b.get("target", "local")
+
+    def ranks(nodes: Sequence[str]) -> list[RankSpec]:
+        return local_ranks(list(nodes)) if target == "local" else lab_ranks(list(nodes))
+
+    return AllReduceBenchmarker(spec, ranks)
+
+
+def _actions(spec: str | None) -> tuple[StepAction | None, StepAction | None]:
+    if not spec:
+        return None, None
+    module_name, _, factory = spec.partition(":")
+    try:
+        provider = getattr(importlib.import_module(module_name), factory or "rollout_actions")()
+    except (ImportError, AttributeError) as exc:
+        raise RolloutError(f"cannot load step actions from {spec!r}: {exc}") from exc
+    return getattr(provider, "tls", None), getattr(provider, "keys", None)
+
+
+def _advance(args: argparse.Namespace) -> int:
+    ro = Rollout.open(Path(args.state), _evidence(args))
+    tls, keys = _actions(args.actions)
+    tools = StepTools(tls=tls, keys=keys, layer=load_layer(ro.state.layer), benchmark=_benchmarker(ro),
+                      candidate_run=load_run(args.candidate) if args.candidate else None)
+    if args.repeats is not None:
+        bm = _benchmarker(ro)
+        tools = replace(tools, benchmark=replace(bm, spec=replace(bm.spec, repeats=args.repeats)))
+    rec = ro.advance(tools, args.step)
+    print(_status_text(ro))
+    return 0 if rec.status.value == "done" else 1
+
+
+def _abort(args: argparse.Namespace) -> int:
+    ro = Rollout.open(Path(args.state), _evidence(args))
+    ro.abort(args.reason, load_layer(ro.state.layer))
+    print(_status_text(ro))
+    return 0
+
+
+def _status_text(ro: Rollout) -> str:
+    st = ro.state
+    lines = [f"rollout {st.id}: canary {st.pair[0]}+{st.pair[1]}, layer {st.layer}, fleet {len(st.fleet)} nodes"
+             + (f" — ABORTED: {st.aborted}" if st.aborted else "")]
+    if st.budget:
+        b = st.budget.budget
+        lines.append(f"budget (seq {st.budget.seq}): busbw loss ≤ {b['busbw_loss_pct']:g} %, p99 growth ≤ "
+                     f"{b['p99_growth_pct']:g} %, ≥ {b['min_repeats']} repeats  [{st.budget.evidence}]")
+    else:
+        lines.append("budget: not recorded (step 3 will refuse)")
+    for s in st.steps:
+        ev = f"  [{', '.join(s.evidence)}]" if s.evidence else ""
+        lines.append(f"{s.number}. {s.status.value:<12} {s.title}{(' — ' + s.detail) if s.detail else ''}{ev}")
+    nxt = st.next_step()
+    if not st.aborted and nxt is not None:
+        lines.append(f"next: step {nxt}")
+    return "\n".join(lines)
+
+
+def _status(args: argparse.Namespace) -> int:
+    ro = Rollout.open(Path(args.state), _evidence(args))
+    if args.json:
+        sys.stdout.write(json.dumps(state_to_dict(ro.state), indent=1) + "\n")
+    else:
+        print(_status_text(ro))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state", required=True, help="the rollout state file")
+    p.add_argument("--evidence", help="evidence store directory (default: $RINGFENCE_EVIDENCE or .ringfence/evidence)")
+
+
+def _budget_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", help="take the budget from this policy's budget:")
+    p.add_argument("--busbw-loss", type=float, help="max busbw loss, %%")
+    p.add_argument("--p99-growth", type=float, help="max p99 growth, %%")
+    p.add_argument("--min-repeats", type=int)
+    p.add_argument("--gate-sizes", help="sizes that matter to the job, e.g. 16M,64M")
+
+
+def register(sub: Any) -> None:
+    """Add the ``rollout`` verb."""
+    p = sub.add_parser("rollout", help="canary rollout of collective-path encryption, gated by the benchmark")
+    rsub = p.add_subparsers(dest="rollout_cmd", required=True, metavar="CMD")
+
+    pl = rsub.add_parser("plan", help="create a rollout: canary pair, layer, fleet, benchmark, budget")
+    _common(pl)
+    pl.add_argument("--pair", required=True, help="the canary pair, A,B")
+    pl.add_argument("--layer", required=True, help="collective layer (noop, or one from ringfence.secure)")
+    pl.add_argument("--fleet", help="all nodes for step 5 (default: the pair)")
+    pl.add_argument("--target", choices=("local", "lab"), default="lab")
+    pl.add_argument("--sizes", help="benchmark sizes (default 1M..256M)")
+    pl.add_argument("--dtype", default="float32")
+    pl.add_argument("--backend", default="gloo")
+    pl.add_argument("--warmup", type=int, default=5)
+    pl.add_argument("--iters", type=int, default=20)
+    pl.add_argument("--repeats", type=int, default=3)
+    pl.add_argument("--timeout", type=float, default=1800.0)
+    _budget_flags(pl)
+    pl.set_defaults(func=_plan)
+
+    bu = rsub.add_parser("budget", help="record the budget (and optionally a baseline run) before step 3")
+    _common(bu)
+    _budget_flags(bu)
+    bu.add_argument("--baseline", help="a baseline run file measured elsewhere")
+    bu.set_defaults(func=_budget_cmd)
+
+    st = rsub.add_parser("status", help="show the steps, their evidence and what is next")
+    _common(st)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_status)
+
+    ad = rsub.add_parser("advance", help="carry out the next step")
+    _common(ad)
+    ad.add_argument("--step", type=int, choices=range(1, 6), help="refuse unless this is the next step")
+    ad.add_argument("--actions", help="MODULE:FACTORY providing .tls and .keys step actions (steps 1-2)")
+    ad.add_argument("--candidate", help="step 4: a candidate run measured elsewhere (e.g. imported nccl-tests)")
+    ad.add_argument("--repeats", type=int, help="override the planned repeats for this measurement")
+    ad.set_defaults(func=_advance)
+
+    ab = rsub.add_parser("abort", help="roll the canary back and record why")
+    _common(ab)
+    ab.add_argument("--reason", required=True)
+    ab.set_defaults(func=_abort)

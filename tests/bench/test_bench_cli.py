@@ -1,0 +1,71 @@
+"""``ringfence bench …`` in-process: exit codes, outputs, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ringfence.bench.run import load_run
+from ringfence.cli import main
+
+SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "nccl-tests"
+ASSETS = Path(__file__).resolve().parent / "assets"
+needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared nccl-tests samples not present")
+
+
+@needs_samples
+def test_import_then_compare_degraded_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "healthy.json", tmp_path / "degraded.json"
+    assert main(["bench", "import", str(SAMPLES / "cscs_gh200_2x4_all_reduce_perf_cxi_hook.txt"), "-o", str(a)]) == 0
+    assert main(["bench", "import", str(SAMPLES / "cscs_gh200_2x4_all_reduce_perf_no_cxi_hook.txt"), "-o", str(b),
+                 "--layer", "degraded"]) == 0
+    assert load_run(b).config.layer == "degraded"
+    capsys.readouterr()
+    assert main(["bench", "compare", str(a), str(b), "--json", "--charts", str(tmp_path / "charts")]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "fail" and out["candidate"]["label"] == "nccl/degraded"
+    assert (tmp_path / "charts" / "busbw.svg").read_text().startswith("<svg")
+
+
+@needs_samples
+def test_compare_reads_nccl_tests_output_directly(capsys: pytest.CaptureFixture[str]) -> None:
+    sample = str(SAMPLES / "cscs_gh200_2x4_all_reduce_perf_cxi_hook.txt")
+    # same file twice: no loss, but p99 is not in this output and one repeat is too few → not a pass
+    assert main(["bench", "compare", sample, sample]) == 1
+    assert capsys.readouterr().out.startswith("verdict: INCONCLUSIVE")
+
+
+@needs_samples
+def test_different_tests_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "compare", str(SAMPLES / "cscs_gh200_2x1_all_reduce_perf_sarus.txt"),
+                 str(SAMPLES / "cscs_gh200_2x4_all_reduce_perf_cxi_hook.txt")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "not the same test" in err and "world_size" in err and "Traceback" not in err
+
+
+def test_bad_input_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hello\n")
+    assert main(["bench", "import", str(bad)]) == 2
+    assert f"{bad}:1" in capsys.readouterr().err
+    assert main(["bench", "allreduce", "--nodes", "a,b", "--sizes", "1Q"]) == 2
+    assert main(["bench", "show", str(tmp_path / "missing.json")]) == 2
+
+
+def test_show_json_fixture(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "show", str(ASSETS / "nccl_tests_2x2.json")]) == 0
+    assert "2 MiB" in capsys.readouterr().out
+
+
+def test_allreduce_on_loopback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run.json"
+    args = ["bench", "allreduce", "--nodes", "x,y", "--sizes", "1M", "--warmup", "0", "--iters", "2",
+            "--repeats", "1", "-o", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "repeat 1/1  [1/1]" in err and "busbw" in err
+    run = load_run(out)
+    assert run.config.nodes == ("x", "y") and run.wrong_total() == 0
