@@ -16,6 +16,10 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
         try:
+            # mkstemp creates 0600; a report or policy should get the usual umask-based mode.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
