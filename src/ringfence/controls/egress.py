@@ -1,0 +1,40 @@
+"""Control point ``egress``: traffic leaves the trust boundary only along approved paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ringfence.controls._common import who
+from ringfence.controls._flows import judge_paths
+from ringfence.controls.interface import ControlMeta, Facts, Finding
+from ringfence.policy import Policy
+
+meta = ControlMeta(
+    id="egress",
+    title="Egress across the trust boundary",
+    objective="Only approved flows (checkpoint replication to the off-site replica) leave the cluster; "
+    "workloads cannot reach external or unknown destinations.",
+    acceptance="Permitted: storage replicates a checkpoint to the external replica. Denied: a workload "
+    "connecting to an external address times out or is reset by policy.",
+    facts=("flows", "probes"),
+    remediation={
+        "nftables": "default-drop egress; accept only approved destination sets and ports, log the rest",
+        "networkpolicy": "egress policies per namespace: only the approved external CIDRs and ports",
+        "cilium": "CiliumNetworkPolicy egress with toCIDRSet/toFQDNs for the approved destinations only",
+        "process": "route egress through an inspected gateway; approve each destination with an owner",
+    },
+)
+
+
+def _message(row: Mapping[str, Any]) -> str:
+    if row.get("dst_node"):
+        target = f"external zone {row.get('dst_zone')} ({who(row, 'dst')})"
+    else:
+        target = f"{who(row, 'dst')}"
+    return f"{who(row, 'src')} sent traffic to {target} without an approved egress flow"
+
+
+def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
+    """Unapproved traffic to external zones or unknown addresses fails; approved egress passes."""
+    return judge_paths(meta, policy, facts, "destinations outside the trust boundary", _message)
