@@ -11,7 +11,8 @@ Shape of every table (``inet ringfence``; the fabric also gets ``bridge ringfenc
   (``--audit``: counted and logged as ``rf-audit`` but accepted), preceded by a dynamic set
   ``denied`` whose elements (saddr . daddr . proto . sport . dport) each carry their own counter —
   a probe finds the element for its own source port and so proves *its* packet was dropped;
-* containment sets ``contained``/``collectors`` checked before connection tracking, so isolating a
+* containment sets ``contained``/``collectors`` checked before connection tracking (each drop also
+  recorded in ``denied``, so a probe can prove it met containment), so isolating a
   node also cuts its established connections; an apply carries their elements over.
 
 The bridge table is stateless (this kernel has no bridge conntrack): only TCP connection openings
@@ -106,7 +107,10 @@ def _containment_rules(t: _Table, chain: str, scope: str, options: RenderOptions
     # Before conntrack: containment also cuts connections that were established before it.
     prefix = f"{options.log_prefix}-contain {scope}/{chain} "
     for here, there in ((_saddr(), _daddr()), (_daddr(), _saddr())):
-        t.rule(chain, [nj.match(here, "@contained"), nj.match(there, "@collectors", "!="), nj.counter(),
+        # the per-flow record lets a probe prove that *its* packet met containment (as for the default drop)
+        record = nj.set_add("denied", _saddr(), _daddr(), nj.meta("l4proto"), nj.payload("th", "sport"),
+                            nj.payload("th", "dport"))
+        t.rule(chain, [nj.match(here, "@contained"), nj.match(there, "@collectors", "!="), record, nj.counter(),
                        nj.log(prefix), nj.verdict("drop")], "containment")
 
 

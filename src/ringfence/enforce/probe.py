@@ -20,38 +20,54 @@ from ringfence.enforce.nftrun import NftError
 from ringfence.targets.interface import Executor
 
 _PROBE_PY = r"""
-import json, socket, sys
-a = json.loads(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.bind(("0.0.0.0", 0))
-out = {"sport": s.getsockname()[1], "app": None, "detail": ""}
-s.settimeout(a["timeout"])
-try:
-    s.connect((a["host"], a["port"]))
-    out["outcome"] = "connected"
-except socket.timeout:
-    out["outcome"] = "timeout"
-except ConnectionRefusedError:
-    out["outcome"] = "refused"
-except ConnectionResetError:
-    out["outcome"] = "reset"
-except OSError as e:
-    out["outcome"] = "error"
-    out["detail"] = f"{type(e).__name__}: {e}"
-if out["outcome"] == "connected" and a["app"]:
+import json, socket, sys, threading
+def probe(a):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("0.0.0.0", 0))
+    out = {"sport": s.getsockname()[1], "app": None, "detail": ""}
+    s.settimeout(a["timeout"])
     try:
-        if a["app"] in ("http", "https"):
-            s.sendall(b"GET / HTTP/1.0\r\nHost: " + a["host"].encode() + b"\r\n\r\n")
-        data = s.recv(64)
-        out["app"] = data.startswith(b"SSH-") if a["app"] == "ssh" else data.startswith(b"HTTP/")
-        if a["app"] == "https":
-            out["app"] = data[:1] == b"\x15" or data[:1] == b"\x16"  # a TLS server answers plaintext with an alert
-        out["detail"] = repr(data[:24])
+        s.connect((a["host"], a["port"]))
+        out["outcome"] = "connected"
+    except socket.timeout:
+        out["outcome"] = "timeout"
+    except ConnectionRefusedError:
+        out["outcome"] = "refused"
+    except ConnectionResetError:
+        out["outcome"] = "reset"
     except OSError as e:
-        out["app"] = False
+        out["outcome"] = "error"
         out["detail"] = f"{type(e).__name__}: {e}"
-s.close()
-print(json.dumps(out))
+    if out["outcome"] == "connected" and a["app"]:
+        try:
+            if a["app"] in ("http", "https"):
+                s.sendall(b"GET / HTTP/1.0\r\nHost: " + a["host"].encode() + b"\r\n\r\n")
+            data = s.recv(64)
+            out["app"] = data.startswith(b"SSH-") if a["app"] == "ssh" else data.startswith(b"HTTP/")
+            if a["app"] == "https":
+                out["app"] = data[:1] == b"\x15" or data[:1] == b"\x16"  # a TLS server answers plaintext with an alert
+            out["detail"] = repr(data[:24])
+        except OSError as e:
+            out["app"] = False
+            out["detail"] = f"{type(e).__name__}: {e}"
+    s.close()
+    return out
+a = json.loads(sys.argv[1])
+if isinstance(a, dict):
+    print(json.dumps(probe(a)))
+else:  # a batch: every probe at once, each in its own thread, results in the order given
+    res = [None] * len(a)
+    def run(i):
+        try:
+            res[i] = probe(a[i])
+        except Exception as e:
+            res[i] = {"sport": 0, "app": None, "outcome": "error", "detail": f"{type(e).__name__}: {e}"}
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(a))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print(json.dumps(res))
 """
 
 
@@ -75,7 +91,45 @@ def tcp_probe(executor: Executor, host: str, port: int, *, app: str = "", timeou
         data: dict[str, Any] = json.loads(res.stdout)
     except ValueError:
         return RawProbe("error", 0, None, f"unreadable probe output {res.stdout[:80]!r}")
+    return _raw(data)
+
+
+def _raw(data: dict[str, Any]) -> RawProbe:
     return RawProbe(str(data["outcome"]), int(data["sport"]), data["app"], str(data["detail"]))
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """One connection a batch should try: ``host:port`` over TCP, with an optional application greeting."""
+
+    host: str
+    port: int
+    app: str = ""
+
+
+def tcp_probes(executor: Executor, targets: Sequence[ProbeTarget], *, timeout: float = 2.0) -> list[RawProbe]:
+    """Run every probe of ``targets`` at once from ``executor``'s host (one program, one thread per probe).
+
+    One process per source host instead of one per probe: over SSH that is one session, and the whole
+    batch takes about one ``timeout``. Results come back in the order of ``targets``; a batch that could
+    not run gives every target an ``error`` outcome with the reason.
+    """
+    if not targets:
+        return []
+    args = json.dumps([{"host": t.host, "port": t.port, "timeout": timeout, "app": t.app} for t in targets])
+    res = executor.run(["python3", "-c", _PROBE_PY, args], timeout=timeout * 2 + 30)
+    failed = ""
+    if res.returncode != 0 or res.timed_out:
+        failed = res.stderr.decode(errors="replace").strip()[-300:] or "probe batch did not run"
+    else:
+        try:
+            rows = json.loads(res.stdout)
+            if isinstance(rows, list) and len(rows) == len(targets):
+                return [_raw(r) for r in rows]
+            failed = f"probe batch printed {len(rows) if isinstance(rows, list) else 'no'} results for {len(targets)}"
+        except (ValueError, KeyError, TypeError):
+            failed = f"unreadable probe output {res.stdout[:80]!r}"
+    return [RawProbe("error", 0, None, failed) for _ in targets]
 
 
 def _elements(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -109,4 +163,4 @@ def denied_packets(executors: Sequence[Executor], saddr: str, daddr: str, sport:
     return total, where
 
 
-__all__ = ["RawProbe", "denied_packets", "tcp_probe"]
+__all__ = ["ProbeTarget", "RawProbe", "denied_packets", "tcp_probe", "tcp_probes"]

@@ -1,0 +1,102 @@
+"""``ringfence contain (--node N | --job J | --identity I) [--release | --drill] --target lab``.
+
+Snapshots the evidence, isolates the subject at its own ruleset and at the fabric, proves with probes
+that it reaches nothing but the evidence collector and that the other jobs keep training; ``--drill``
+then releases it and checks its approved paths work again; ``--release`` lifts a containment.
+Exit 0 when every check held, 1 when one did not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ringfence.errors import InputError
+
+
+def _collectors(policy: Any, names: list[str]) -> tuple[str, ...]:
+    out = []
+    for name in names:
+        node = policy.node(name)
+        if node is not None:
+            out += list(node.addresses)
+            continue
+        try:
+            out.append(str(ipaddress.ip_address(name)))
+        except ValueError:
+            raise InputError("--collector", f"{name!r} is neither a node of the policy nor an address") from None
+    return tuple(out)
+
+
+def _contain(args: argparse.Namespace) -> int:
+    from ringfence.enforce.contain import contain, release, resolve_subject
+    from ringfence.enforce.facts import write_json
+    from ringfence.enforce.lab_points import lab_points
+    from ringfence.evidence import EvidenceStore
+    from ringfence.evidence.store import default_store_path
+    from ringfence.lab import Lab
+    from ringfence.policy import load_policy, parse_policy
+
+    if args.target != "lab":
+        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be contained here")
+    if args.release and args.drill:
+        raise InputError("contain", "--release and --drill exclude each other")
+    lab = Lab.attach(args.name)
+    policy = load_policy(args.policy) if args.policy else parse_policy(lab.policy_yaml(), f"lab {lab.name}")
+    subject = resolve_subject(policy, node=args.node, job=args.job, identity=args.identity)
+    points = lab_points(lab)
+    store = EvidenceStore.open(Path(args.store) if args.store else default_store_path())
+    target = f"lab:{lab.name}"
+    if args.release:
+        ev = release(subject, points, store, target=target)
+        print(f"contain: released {subject.describe()} (evidence {ev})", file=sys.stderr)
+        return 0
+    collectors = _collectors(policy, args.collector or (["mgmt"] if policy.node("mgmt") else []))
+
+    def steps() -> dict[str, int]:
+        st = lab.agent_status()
+        return {k.removesuffix("-worker"): int(v.get("counters", {}).get("steps", 0))
+                for k, v in st.items() if k.endswith("-worker")}
+
+    with tempfile.TemporaryDirectory(prefix="ringfence-contain-") as work:
+        report = contain(policy, subject, points, store, target=target, collectors=collectors, workdir=Path(work),
+                         capture=lambda s, p: lab.capture(s, p).path, steps=steps, snapshot_seconds=args.seconds,
+                         drill=args.drill, progress=lambda m: print(f"contain: {m}", file=sys.stderr),
+                         approved_by=args.approved_by, ticket=args.ticket)
+    doc = report.to_json()
+    if args.output:
+        write_json(args.output, doc)
+    else:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    print(f"contain: {subject.describe()}: isolated={report.isolated} collector={report.collector_reachable} "
+          f"points={dict(report.points)} others_training={report.training.get('others_training')} "
+          f"released={report.released_evidence is not None}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def register(sub: Any) -> None:
+    """Add the ``contain`` verb."""
+    p = sub.add_parser("contain", help="isolate a node, job or identity (snapshot, two points, proof), or release it")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--node", help="contain this node")
+    who.add_argument("--job", help="contain every rank of this job")
+    who.add_argument("--identity", help="contain every node carrying this workload identity")
+    p.add_argument("--release", action="store_true", help="lift the containment of the subject (recorded)")
+    p.add_argument("--drill", action="store_true", help="contain, prove, then release and check it again")
+    p.add_argument("--policy", help="policy file (default: the lab's own policy)")
+    p.add_argument("--collector", action="append", metavar="NODE|ADDR",
+                   help="evidence collector the subject may still reach (repeatable; default: mgmt)")
+    p.add_argument("--approved-by", help="who authorised the containment (recorded with the action)")
+    p.add_argument("--ticket", help="incident or change ticket (recorded with the action)")
+    p.add_argument("--seconds", type=float, default=4.0, help="length of the capture in the snapshot")
+    p.add_argument("--target", default="lab", help="where to contain (lab)")
+    p.add_argument("--name", help="the lab (optional when only one exists)")
+    p.add_argument("-o", "--output", help="write the containment facts (JSON) here")
+    p.add_argument("--store", "--evidence", dest="store",
+                   help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
+    p.set_defaults(func=_contain)

@@ -1,0 +1,87 @@
+"""``ringfence probe POLICY --target lab [-o probes.json] [--ruleset FILE] [--changes FILE] [--via-ssh NODE]``.
+
+Proves both sides of a policy on a running target: every approved flow connects (and answers), every
+denied path between zones is dropped *by policy* (its own drop counter moved, on a port that listens).
+Exit 0 when every expected behaviour was shown, 1 when any was not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ringfence.errors import InputError
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from ringfence.enforce.apply import FABRIC
+    from ringfence.enforce.facts import (
+        change_facts,
+        changes_document,
+        probes_document,
+        ruleset_facts,
+        write_json,
+    )
+    from ringfence.enforce.lab_points import lab_points
+    from ringfence.enforce.probe_matrix import behaviour_failed, probe_policy
+    from ringfence.evidence import EvidenceStore
+    from ringfence.evidence.store import default_store_path
+    from ringfence.lab import Lab
+    from ringfence.policy import load_policy
+
+    if args.target != "lab":
+        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be probed from here")
+    if args.timeout <= 0:
+        raise InputError("--timeout", f"must be positive, not {args.timeout}")
+    policy = load_policy(args.policy)
+    lab = Lab.attach(args.name)
+    points = lab_points(lab)
+    for node in args.via_ssh or ():
+        if node not in points or node == FABRIC:
+            raise InputError("--via-ssh", f"no node {node!r} in lab {lab.name}")
+        points[node] = lab.ssh_executor(target=node)  # a real OpenSSH session from jump, as on a cluster
+    store = EvidenceStore.open(Path(args.store) if args.store else default_store_path())
+    target = f"lab:{lab.name}"
+
+    def say(msg: str) -> None:
+        print(f"probe: {msg}", file=sys.stderr)
+
+    run = probe_policy(policy, points, store, target=target, timeout=args.timeout, progress=say)
+    doc = probes_document(run.results, target=target, evidence=run.evidence)
+    if args.output:
+        write_json(args.output, doc)
+    else:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    if args.ruleset:
+        write_json(args.ruleset, ruleset_facts(policy, points, target=target, store=store))
+    if args.changes:
+        write_json(args.changes, changes_document(change_facts(store, target), target=target))
+    allows = sum(1 for r in run.results if r.expected == "allow")
+    failed = [r for r in run.results if behaviour_failed(r)]
+    print(f"probe: {len(run.results)} probes ({allows} permitted, {len(run.results) - allows} denied) in "
+          f"{run.seconds:.1f}s; {len(failed)} not as expected; evidence {run.evidence}", file=sys.stderr)
+    for r in failed:
+        print(f"  FAIL {r.expected} {r.source} → {r.destination}: {r.outcome}; {r.detail}", file=sys.stderr)
+    for why in run.plan.skipped:
+        print(f"  not probed: {why}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``probe`` verb."""
+    p = sub.add_parser("probe", help="prove a policy on a target: permitted paths connect, denied ones are dropped")
+    p.add_argument("policy", help="policy file (YAML)")
+    p.add_argument("--target", default="lab", help="where to probe (lab)")
+    p.add_argument("--name", help="the lab (optional when only one exists)")
+    p.add_argument("-o", "--output", help="write the probe results (JSON facts for `assess --probes`) here")
+    p.add_argument("--ruleset", help="also write the live-ruleset facts (JSON) here")
+    p.add_argument("--changes", help="also write the applied-version history (JSON) here")
+    p.add_argument("--via-ssh", action="append", metavar="NODE",
+                   help="run NODE's probes and rule reads over OpenSSH from the jump host (repeatable)")
+    p.add_argument("--timeout", type=float, default=1.5, help="seconds before a probe counts as timed out")
+    p.add_argument("--store", "--evidence", dest="store",
+                   help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
+    p.set_defaults(func=_probe)

@@ -1,0 +1,106 @@
+"""The probe matrix on a real 2-job lab under its policy: both sides proven, through namespaces and OpenSSH,
+the CLI's facts files, and the controls' verdicts on them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.cli import main
+from ringfence.controls import admin_paths, training_traffic
+from ringfence.controls.interface import Facts, Verdict
+from ringfence.enforce.apply import FABRIC, apply_policy, rollback
+from ringfence.enforce.facts import load_change_facts, load_probe_facts, load_ruleset_facts
+from ringfence.enforce.lab_points import lab_inventory, lab_points
+from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, probe_policy, run_probes
+from ringfence.errors import EnvironmentProblem
+from ringfence.evidence import EvidenceStore
+from ringfence.lab import Lab
+from ringfence.lab.netns import require_privileges
+from ringfence.policy import Policy, parse_policy
+
+pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def enforced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Policy, EvidenceStore]]:
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    with Lab.up(workers=4, jobs=2) as lab:
+        policy = parse_policy(lab.policy_yaml(), "two-jobs")
+        store = EvidenceStore.open(tmp_path_factory.mktemp("probe-lab") / "evidence")
+        apply_policy(policy, lab_points(lab), store, target=f"lab:{lab.name}", inventory=lab_inventory(lab))
+        try:
+            yield lab, policy, store
+        finally:
+            rollback(lab_points(lab), store, target=f"lab:{lab.name}")
+
+
+def test_matrix_proves_both_sides_and_jobs_are_separated(enforced: tuple[Lab, Policy, EvidenceStore]) -> None:
+    lab, policy, store = enforced
+    extra = (ProbeSpec("aux", "mgmt", lab.topology.address("mgmt"), 22, "deny", why="aux → sshd"),)
+    run = probe_policy(policy, lab_points(lab), store, target=f"lab:{lab.name}", extra=extra)
+    assert not run.failures, [(r.source, r.destination, r.outcome, r.detail) for r in run.failures]
+    by = {(r.source, r.destination, r.expected): r for r in run.results}
+    # each job's ranks reach each other's rendezvous, and never the other job's (denied by policy)
+    assert by[("worker-1", "worker-0:29500", "allow")].outcome == "connected"
+    assert by[("worker-3", "worker-2:29501", "allow")].outcome == "connected"
+    for cross in (("worker-0", "worker-2:29501", "deny"), ("worker-2", "worker-0:29500", "deny")):
+        assert by[cross].outcome == "timeout" and by[cross].by_policy is True
+    # the administrative path: jump → sshd (with the SSH greeting); user and aux are dropped by policy
+    assert "SSH-" in by[("jump", "mgmt:22", "allow")].detail
+    for src in ("user", "aux", "worker-0"):
+        r = by[(src, "mgmt:22", "deny")]
+        assert r.by_policy is True and r.rule and r.rule.startswith(f"denied@{src}/"), r
+    facts = Facts(probes=run.results)
+    for control in (admin_paths, training_traffic):
+        verdicts = {f.verdict for f in control.evaluate(policy, facts) if f.subject.startswith("probe ")}
+        assert verdicts == {Verdict.PASS}, control.meta.id
+
+
+def test_refused_and_silent_ports_prove_nothing(enforced: tuple[Lab, Policy, EvidenceStore]) -> None:
+    lab, policy, store = enforced
+    w0, mgmt = lab.topology.address("worker-0"), lab.topology.address("mgmt")
+    plan = ProbePlan((
+        # inside the job's approved collective range, so the packet reaches worker-0: a closed port answers RST
+        ProbeSpec("worker-1", "worker-0", w0, 1025, "deny", why="closed port"),
+        # dropped by policy, but nothing listens there: without policy it would have been refused anyway
+        ProbeSpec("user", "mgmt", mgmt, 2222, "deny", why="silent port"),
+    ))
+    refused, silent = run_probes(policy, plan, lab_points(lab), store, target=f"lab:{lab.name}", timeout=1.0).results
+    assert refused.outcome == "refused" and refused.by_policy is False and behaviour_failed(refused)
+    assert silent.outcome == "timeout" and silent.rule and silent.by_policy is False and behaviour_failed(silent)
+
+
+def test_probes_over_openssh_and_the_cli_facts(enforced: tuple[Lab, Policy, EvidenceStore], tmp_path: Path) -> None:
+    lab, policy, store = enforced
+    points = lab_points(lab)
+    points["mgmt"] = lab.ssh_executor()  # a real OpenSSH session from jump, probes and nft reads alike
+    plan = ProbePlan((ProbeSpec("mgmt", "storage", lab.topology.address("storage"), 8080, "deny"),
+                      ProbeSpec("mgmt", "external", lab.topology.address("external"), 9000, "deny")))
+    for r in run_probes(policy, plan, points, store, target=f"lab:{lab.name}").results:
+        assert r.by_policy is True and r.rule and "mgmt/inet" in r.rule, r
+
+    (tmp_path / "policy.yaml").write_text(lab.policy_yaml())
+    out, rules, changes = tmp_path / "probes.json", tmp_path / "ruleset.json", tmp_path / "changes.json"
+    code = main(["probe", str(tmp_path / "policy.yaml"), "--target", "lab", "--name", lab.name, "-o", str(out),
+                 "--store", str(store.path), "--ruleset", str(rules), "--changes", str(changes),
+                 "--via-ssh", "mgmt"])
+    assert code == 0
+    probes = load_probe_facts(out)
+    assert len(probes) > 30 and all(p.evidence for p in probes)
+    ruleset = load_ruleset_facts(rules)
+    assert all(not p["missing_flows"] and not p["extra_flows"] for p in ruleset["points"].values())
+    assert ruleset["points"][FABRIC]["present"] and ruleset["version"]
+    egress = [e for e in ruleset["egress"] if e["destination_node"] == "external"]
+    assert egress and all(e["decision"] == "accept" and e["bytes"] > 0 for e in egress if e["source_node"] == "storage")
+    assert {e["identity"] for e in egress if e["source_node"] == "storage"} == {"spiffe://lab/node/storage"}
+    history = load_change_facts(changes)
+    assert history[0]["action"] == "apply" and history[0]["verified"] is True
+    assert json.loads(out.read_text())["target"] == f"lab:{lab.name}"
+    assert main(["probe", str(tmp_path / "nope.yaml"), "--name", lab.name]) == 2

@@ -1,0 +1,146 @@
+"""The probe matrix without a lab: what is planned, and when a denial counts — with a fake executor that
+answers the probe program, the listening check and nft as a real host would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.controls._common import judge_probe
+from ringfence.controls.admin_paths import meta as admin_meta
+from ringfence.controls.interface import ProbeResult, Verdict
+from ringfence.enforce.facts import FactsFileError, load_probe_facts, probes_document, write_json
+from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, plan_probes, run_probes
+from ringfence.evidence import EvidenceStore
+from ringfence.lab.policy_text import render_policy
+from ringfence.lab.topology import build_topology
+from ringfence.policy import Policy, parse_policy
+from ringfence.targets.interface import RunResult
+
+
+@pytest.fixture(scope="module")
+def two_jobs() -> Policy:
+    return parse_policy(render_policy(build_topology("rfunit", 4, 2)), "two-jobs")
+
+
+LISTENING = {"worker-0": frozenset({29500, 41000}), "worker-2": frozenset({29501}), "storage": frozenset({8080}),
+             "mgmt": frozenset({8000, 22}), "external": frozenset({9000})}
+
+
+def test_plan_covers_every_flow_zone_pairs_and_cross_job_collectives(two_jobs: Policy) -> None:
+    plan = plan_probes(two_jobs, LISTENING)
+    allow = {(p.source, p.destination, p.port, p.rule) for p in plan.probes if p.expected == "allow"}
+    deny = {(p.source, p.destination, p.port) for p in plan.probes if p.expected == "deny"}
+    assert {p.rule for p in plan.probes if p.expected == "allow"} == {f.id for f in two_jobs.approved}
+    assert ("worker-1", "worker-0", 29500, "train-a-collective") in allow  # the rendezvous, not a pair listener
+    assert ("jump", "mgmt", 22, "admin-ssh") in allow
+    assert {("worker-0", "worker-2", 29501), ("worker-2", "worker-0", 29500)} <= deny  # each job vs the other
+    assert {("user", "mgmt", 22), ("aux", "storage", 8080), ("worker-0", "external", 9000)} <= deny
+    for src, dst, port in deny:  # nothing approved is ever expected to be denied
+        assert not any(p.source == src and p.destination == dst and p.port == port
+                       for p in plan.probes if p.expected == "allow")
+    assert ("jump", "mgmt", 22) not in deny and ("user", "mgmt", 8000) not in deny
+    assert any("zone user: no sensitive port" in s for s in plan.skipped)
+    assert {p.app for p in plan.probes if p.rule == "admin-ssh"} == {"ssh"}
+
+
+class FakeHost:
+    """Answers the probe batch from a table, the listening check from a set, nft from counters it is told."""
+
+    def __init__(self, name: str, outcomes: Mapping[tuple[str, int], str] | None = None,
+                 listening: frozenset[int] = frozenset(), drops: Sequence[tuple[str, str, int]] = ()) -> None:
+        self.name = name
+        self.outcomes = dict(outcomes or {})
+        self.listening = listening
+        self.drops = list(drops)  # (saddr, daddr, dport) whose elements move when probed
+        self.probed: list[tuple[str, int, int]] = []  # (host, port, sport)
+        self.reads: dict[str, int] = {}
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        if argv[:2] == ["python3", "-c"] and len(argv) == 3:  # the listening check
+            return RunResult(tuple(argv), 0, json.dumps(sorted(self.listening)).encode(), b"", 0.0)
+        if argv[:2] == ["python3", "-c"]:
+            rows = []
+            for t in json.loads(argv[3]):
+                sport = 40000 + len(self.probed)
+                self.probed.append((t["host"], t["port"], sport))
+                out = self.outcomes.get((t["host"], t["port"]), "timeout")
+                app = (True if out == "connected" else None) if t["app"] else None
+                rows.append({"outcome": out, "sport": sport, "app": app, "detail": ""})
+            return RunResult(tuple(argv), 0, json.dumps(rows).encode(), b"", 0.0)
+        if argv[:1] == ["nft"]:
+            family = argv[4]
+            self.reads[family] = self.reads.get(family, 0) + 1
+            elems = [{"elem": {"val": {"concat": [s, d, "tcp", sport, dp]}, "counter": {"packets": 2, "bytes": 120}}}
+                     for s, d, dp in self.drops for host, port, sport in SOURCES_PROBED if (host, port) == (d, dp)]
+            doc = {"nftables": [{"set": {"name": "denied", "elem": elems if family == "inet" and self.reads[family] > 1
+                                                         else []}}]}
+            return RunResult(tuple(argv), 0, json.dumps(doc).encode(), b"", 0.0)
+        raise AssertionError(argv)
+
+    def spawn(self, *a: Any, **k: Any) -> Any:
+        raise AssertionError("not used")
+
+    def copy_to(self, local: Path, remote: str) -> None:
+        raise AssertionError("not used")
+
+    def copy_from(self, remote: str, local: Path) -> None:
+        raise AssertionError("not used")
+
+
+SOURCES_PROBED: list[tuple[str, int, int]] = []
+
+
+def test_a_denial_counts_only_when_listening_dropped_and_counted(two_jobs: Policy, tmp_path: Path) -> None:
+    user = FakeHost("user", {("10.77.3.10", 8000): "connected", ("10.77.1.10", 1025): "refused"})
+    SOURCES_PROBED.clear()
+    user.probed = SOURCES_PROBED
+    fabric = FakeHost("fabric", drops=[("10.77.4.10", "10.77.3.10", 22)])
+    mgmt = FakeHost("mgmt", listening=frozenset({22, 8000}))
+    w0 = FakeHost("worker-0", listening=frozenset({29500}))
+    plan = ProbePlan((
+        ProbeSpec("user", "mgmt", "10.77.3.10", 8000, "allow", "http", "user-submit"),
+        ProbeSpec("user", "mgmt", "10.77.3.10", 22, "deny"),  # listening, timed out, counted: proven
+        ProbeSpec("user", "worker-0", "10.77.1.10", 1025, "deny"),  # refused: a closed port proves nothing
+        ProbeSpec("user", "worker-0", "10.77.1.10", 29500, "deny"),  # timed out, but no counter moved
+        ProbeSpec("user", "mgmt", "10.77.3.10", 2222, "deny"),  # timed out, but nothing listens there
+    ))
+    store = EvidenceStore.open(tmp_path / "ev")
+    run = run_probes(two_jobs, plan, {"user": user, "fabric": fabric, "mgmt": mgmt, "worker-0": w0}, store,
+                     target="fake")
+    ok, proven, refused, uncounted, silent = run.results
+    assert ok.outcome == "connected" and not behaviour_failed(ok)
+    assert proven.by_policy is True and proven.rule == "denied@fabric/inet +2" and not behaviour_failed(proven)
+    assert refused.outcome == "refused" and refused.by_policy is False and "proves nothing" in refused.detail
+    assert uncounted.outcome == "timeout" and uncounted.by_policy is False and "no drop counter" in uncounted.detail
+    assert silent.by_policy is False and "nothing listens" in silent.detail
+    assert [behaviour_failed(r) for r in run.results] == [False, False, True, True, True]
+    # the controls see the same: a refused probe is unknown, never a pass
+    assert judge_probe(admin_meta, refused).verdict is Verdict.UNKNOWN
+    assert judge_probe(admin_meta, proven).verdict is Verdict.PASS
+    assert all(r.evidence == (run.evidence,) for r in run.results)
+    rec = store.get(run.evidence).data
+    assert rec["failures"] == 3 and len(rec["probes"]) == 5
+
+
+def test_probe_facts_round_trip_and_bad_files(tmp_path: Path) -> None:
+    results = (ProbeResult("user", "mgmt:22", "tcp", 22, "deny", "timeout", True, "d", ("ev-1",), "denied@x"),
+               ProbeResult("jump", "mgmt:22", "tcp", 22, "allow", "connected", None))
+    path = write_json(tmp_path / "probes.json", probes_document(results, target="lab:x", evidence="ev-1"))
+    assert load_probe_facts(path) == results
+    (tmp_path / "bad.json").write_text('{"format": "ringfence-probes/1",\n  "probes": [}')
+    with pytest.raises(FactsFileError, match=r"bad.json:2:\d+: not JSON"):
+        load_probe_facts(tmp_path / "bad.json")
+    doc = probes_document(results, target="lab:x")
+    doc["probes"][1]["outcome"] = "maybe"
+    write_json(tmp_path / "field.json", doc)
+    with pytest.raises(FactsFileError, match=r"field.json: probes\[1\].outcome"):
+        load_probe_facts(tmp_path / "field.json")
+    write_json(tmp_path / "other.json", {"format": "ringfence-ruleset/1"})
+    with pytest.raises(FactsFileError, match="expected 'ringfence-probes/1'"):
+        load_probe_facts(tmp_path / "other.json")
