@@ -63,8 +63,11 @@ def test_matrix_proves_both_sides_and_jobs_are_separated(enforced: tuple[Lab, Po
         assert verdicts == {Verdict.PASS}, control.meta.id
 
 
-def test_refused_and_silent_ports_prove_nothing(enforced: tuple[Lab, Policy, EvidenceStore]) -> None:
-    lab, policy, store = enforced
+def test_refused_and_silent_ports_prove_nothing(enforced: tuple[Lab, Policy, EvidenceStore], tmp_path: Path) -> None:
+    lab, policy, _ = enforced
+    # A store of its own: these probes fail on purpose, and would otherwise mark the shared lab's
+    # applied version as unverified for the tests that follow (a failed probe run after a change does).
+    store = EvidenceStore.open(tmp_path / "evidence")
     w0, mgmt = lab.topology.address("worker-0"), lab.topology.address("mgmt")
     plan = ProbePlan((
         # inside the job's approved collective range, so the packet reaches worker-0: a closed port answers RST

@@ -1,0 +1,146 @@
+"""``ringfence discover CAPTURES... --inventory P [-o proposed.yaml] [--diff existing.yaml]``.
+
+Proposes the least-path approved matrix for the observed flows (docs/discover.md). The proposal (a
+complete policy file) goes to ``--output`` or, without ``--diff``, to stdout; its sidecar evidence
+document next to ``--output`` (``<name>.evidence.json``) or to ``--evidence``. ``--diff`` prints
+what the proposal adds to, removes from and changes in an existing policy. Flagged flows — never
+approved — and notes go to stderr. Exit 0 when a proposal was made (flagged flows included: they
+are for a human to decide, not a failure); 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ringfence.analyze.discover import (
+    DEFAULT_EPHEMERAL,
+    TORCH_MASTER_PORT,
+    DiscoverOptions,
+    Proposal,
+    diff_approved,
+    discover,
+    evidence_document,
+    render_diff,
+    render_yaml,
+)
+from ringfence.atomic import write_atomic
+from ringfence.observe.flows.interface import ProgressFn
+from ringfence.observe.flows.registry import read_all
+from ringfence.policy import load_policy
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    lo_s, _, hi_s = text.partition("-")
+    if not (lo_s.strip().isdigit() and (hi_s.strip().isdigit() or not hi_s)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port range like 32768-60999")
+    lo, hi = int(lo_s), int(hi_s or lo_s)
+    if not 1 <= lo <= hi <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not inside 1-65535")
+    return lo, hi
+
+
+def _rendezvous(text: str) -> tuple[str, int]:
+    job, sep, port = text.rpartition("=")
+    if not sep or not job or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JOB=PORT (e.g. train-a=29500)")
+    return job, int(port)
+
+
+def _progress() -> ProgressFn | None:
+    """A percentage on stderr while reading inputs, only on a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    last = [-1]
+
+    def show(done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if pct != last[0]:
+            last[0] = pct
+            sys.stderr.write(f"\rreading flows: {pct:3d}%" + ("\n" if pct >= 100 else ""))
+            sys.stderr.flush()
+
+    return show
+
+
+def _report(proposal: Proposal, quiet: bool) -> None:
+    err = sys.stderr
+    if not quiet:
+        print(f"proposed {len(proposal.rules)} approved entries from {proposal.flows} flows", file=err)
+    if proposal.flagged:
+        print(f"{len(proposal.flagged)} flagged, NOT approved (a human decides):", file=err)
+        for f in proposal.flagged:
+            print(f"  flagged: {f.describe()} — {f.evidence.flows} flow(s)", file=err)
+    for note in proposal.notes:
+        print(f"note: {note}", file=err)
+
+
+def _run(args: argparse.Namespace) -> int:
+    inventory = load_policy(args.inventory)
+    existing = load_policy(args.diff) if args.diff else None
+    options = DiscoverOptions(
+        ephemeral=args.ephemeral_range,
+        admin_zones=tuple(args.admin_zone) if args.admin_zone else None,
+        rendezvous=tuple(args.rendezvous or ()),
+        assume_rendezvous=None if args.no_assume_rendezvous else TORCH_MASTER_PORT,
+    )
+    result = read_all(args.captures, progress=None if args.quiet else _progress())
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    proposal = discover(result.flows, inventory, options)
+    header = [
+        f"Proposed by `ringfence discover` from {proposal.flows} flows of: {', '.join(map(str, args.captures))}",
+        f"Inventory: {args.inventory}. Review the flagged flows at the end of `approved:` before use.",
+    ]
+    text = render_yaml(proposal, header)
+    out = Path(args.output) if args.output else None
+    evidence = Path(args.evidence) if args.evidence else (out.with_suffix(".evidence.json") if out else None)
+    if out is not None:
+        write_atomic(out, text.encode())
+    if evidence is not None:
+        doc: dict[str, Any] = evidence_document(proposal, [str(c) for c in args.captures])
+        write_atomic(evidence, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
+    _report(proposal, args.quiet)
+    if existing is not None:
+        diff = diff_approved(existing, proposal.policy)
+        sys.stdout.write(render_diff(diff, existing, proposal.policy, names=(str(args.diff), str(out or "proposal"))))
+    elif out is None:
+        sys.stdout.write(text)
+    if not args.quiet:
+        for path in (out, evidence):
+            if path is not None:
+                print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add the ``discover`` verb."""
+    p = sub.add_parser("discover", help="propose the least-path approved matrix from observed flows")
+    p.add_argument("captures", nargs="+", metavar="CAPTURE",
+                   help="pcap/pcapng captures or flow logs (Zeek, Hubble, VPC, NetFlow); format detected by content")
+    p.add_argument("--inventory", required=True, metavar="POLICY",
+                   help="policy giving zones, nodes, jobs, services and classes (its approved: may be empty)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the proposed policy here (default: stdout)")
+    p.add_argument("--evidence", metavar="FILE",
+                   help="write the evidence document here (default: next to --output, NAME.evidence.json)")
+    p.add_argument("--diff", metavar="EXISTING",
+                   help="print what the proposal adds/removes/changes against this policy (instead of the YAML)")
+    p.add_argument("--ephemeral-range", type=_port_range, default=DEFAULT_EPHEMERAL, metavar="LO-HI",
+                   help="the cluster's OS ephemeral port range, net.ipv4.ip_local_port_range "
+                   f"(default {DEFAULT_EPHEMERAL[0]}-{DEFAULT_EPHEMERAL[1]}, Linux's)")
+    p.add_argument("--admin-zone", action="append", metavar="ZONE",
+                   help="a zone allowed to use administrative services (repeatable; default: the zone 'admin')")
+    p.add_argument("--rendezvous", action="append", type=_rendezvous, metavar="JOB=PORT",
+                   help="a job's rendezvous port when it was not captured (repeatable)")
+    p.add_argument("--no-assume-rendezvous", action="store_true",
+                   help=f"do not assume torch's default rendezvous port {TORCH_MASTER_PORT} for a job whose "
+                   "rendezvous was not observed")
+    p.add_argument("-q", "--quiet", action="store_true", help="only flagged flows and notes on stderr")
+    p.set_defaults(func=_run)
+
+
+__all__ = ["register"]
+
