@@ -1,0 +1,195 @@
+"""One authenticated-encrypted connection to one peer rank: records in, records out, fail closed.
+
+The boundary of the transport's socket family: OS errors and timeouts become :class:`TransportError`
+naming the peer here.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from ringfence.secure.transport.wire import (
+    HEADER_SIZE,
+    TAG_SIZE,
+    LinkBroken,
+    RecordError,
+    RecordType,
+    RxState,
+    TransportError,
+    TxState,
+    pack_header,
+    unpack_header,
+)
+
+
+def recv_exact(sock: socket.socket, out: memoryview, *, peer: int, what: str) -> None:
+    """Fill ``out`` from ``sock``; an early end of stream is a truncated record."""
+    got, n = 0, len(out)
+    while got < n:
+        try:
+            k = sock.recv_into(out[got:], n - got)
+        except (TimeoutError, BlockingIOError):  # BlockingIOError: SO_RCVTIMEO expired
+            raise TransportError(f"timed out waiting for {what} from rank {peer}", peer=peer) from None
+        except OSError as exc:
+            raise _broken(peer, exc) from exc
+        if k == 0:
+            if got == 0 and what == "a record header":
+                raise RecordError(
+                    f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
+                )
+            raise RecordError(
+                f"truncated record from rank {peer}: the stream ended after {got} of {n} bytes of {what}", peer=peer
+            )
+        got += k
+
+
+def send_all(sock: socket.socket, data: memoryview | bytes, *, peer: int) -> None:
+    """Send everything or raise :class:`TransportError` naming the peer."""
+    try:
+        sock.sendall(data)
+    except (TimeoutError, BlockingIOError):  # BlockingIOError: SO_SNDTIMEO expired
+        raise TransportError(f"timed out sending to rank {peer}", peer=peer) from None
+    except OSError as exc:
+        raise _broken(peer, exc) from exc
+
+
+def _broken(peer: int, exc: OSError) -> TransportError:
+    if isinstance(exc, BrokenPipeError | ConnectionResetError):
+        return LinkBroken(
+            f"connection to rank {peer} failed ({exc.strerror}): it was closed under us — rank {peer} does that "
+            "when it aborts the collective, and so does anyone cutting the connection",
+            peer=peer,
+        )
+    return TransportError(f"connection to rank {peer} failed: {exc.strerror or exc}", peer=peer)
+
+
+def send_plain(sock: socket.socket, rtype: RecordType, body: bytes, *, peer: int) -> None:
+    """A handshake record (plaintext body)."""
+    send_all(sock, pack_header(rtype, 0, 0, len(body)) + body, peer=peer)
+
+
+def recv_plain(sock: socket.socket, *, peer: int, limit: int = 1 << 16) -> tuple[RecordType, bytes]:
+    """A handshake record: (type, body)."""
+    hdr = bytearray(HEADER_SIZE)
+    recv_exact(sock, memoryview(hdr), peer=peer, what="a record header")
+    kind, _epoch, _seq, length = unpack_header(hdr, peer=peer)
+    if length > limit:
+        raise RecordError(f"handshake record of {length} bytes from rank {peer} (limit {limit})", peer=peer)
+    body = bytearray(length)
+    recv_exact(sock, memoryview(body), peer=peer, what="a handshake record")
+    return kind, bytes(body)
+
+
+class Link:
+    """The protected connection to ``peer``: one TCP stream, one key ratchet per direction.
+
+    Sending is serialised by ``tx_lock`` (the pipeline's sender thread and an abort notice may both
+    send); receiving happens on one thread at a time by construction of the collectives.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        rank: int,
+        peer: int,
+        peer_identity: str,
+        peer_fingerprint: str,
+        tx: TxState,
+        rx: RxState,
+        max_chunk: int,
+    ) -> None:
+        self.sock = sock
+        self.rank = rank
+        self.peer = peer
+        self.peer_identity = peer_identity
+        self.peer_fingerprint = peer_fingerprint
+        self.tx = tx
+        self.rx = rx
+        self.tx_lock = threading.Lock()
+        self._txbuf = bytearray(HEADER_SIZE + max_chunk + TAG_SIZE)
+        self._tx = memoryview(self._txbuf)
+        self._hdr = bytearray(HEADER_SIZE)
+        self._rxbuf = bytearray(max_chunk + TAG_SIZE)
+        self._rx = memoryview(self._rxbuf)
+        self.max_chunk = max_chunk
+
+    def send(self, data: memoryview | bytes, rtype: RecordType = RecordType.DATA) -> None:
+        """Seal ``data`` (at most ``max_chunk`` bytes) into one record and send it."""
+        with self.tx_lock:
+            n = self.tx.seal_into(rtype, data, self._tx)
+            send_all(self.sock, self._tx[:n], peer=self.peer)
+
+    def recv_into(self, out: memoryview) -> None:
+        """Receive the next DATA record, which must carry exactly ``len(out)`` bytes, into ``out``."""
+        hdr = memoryview(self._hdr)
+        recv_exact(self.sock, hdr, peer=self.peer, what="a record header")
+        kind, epoch, seq, length = unpack_header(hdr, peer=self.peer)
+        if kind is RecordType.ABORT:
+            self._raise_abort(epoch, seq, length)
+        if kind is not RecordType.DATA:
+            raise RecordError(
+                f"unexpected {kind.name} record from rank {self.peer} during a collective", peer=self.peer
+            )
+        if length != len(out) + TAG_SIZE:
+            raise RecordError(
+                f"record from rank {self.peer} carries {length - TAG_SIZE} bytes where {len(out)} were expected "
+                "(truncated record, or the ranks disagree on the collective)",
+                peer=self.peer,
+            )
+        self.rx.check(epoch, seq, peer=self.peer)
+        body = self._rx[:length]
+        recv_exact(self.sock, body, peer=self.peer, what="a record body")
+        self.rx.open_into(bytes(hdr), epoch, seq, body, out, peer=self.peer)
+
+    def recv_record(self, rtype: RecordType) -> bytes:
+        """Receive the next protected record of type ``rtype`` (small control messages)."""
+        hdr = memoryview(self._hdr)
+        recv_exact(self.sock, hdr, peer=self.peer, what="a record header")
+        kind, epoch, seq, length = unpack_header(hdr, peer=self.peer)
+        if kind is RecordType.ABORT:
+            self._raise_abort(epoch, seq, length)
+        if kind is not rtype or length < TAG_SIZE or length > len(self._rxbuf):
+            raise RecordError(f"unexpected {kind.name} record of {length} bytes from rank {self.peer}", peer=self.peer)
+        self.rx.check(epoch, seq, peer=self.peer)
+        body = self._rx[:length]
+        recv_exact(self.sock, body, peer=self.peer, what="a record body")
+        out = bytearray(length - TAG_SIZE)
+        self.rx.open_into(bytes(hdr), epoch, seq, body, memoryview(out), peer=self.peer)
+        return bytes(out)
+
+    def _raise_abort(self, epoch: int, seq: int, length: int) -> None:
+        if length < TAG_SIZE or length > 4096 + TAG_SIZE:
+            raise RecordError(f"malformed ABORT record from rank {self.peer}", peer=self.peer)
+        self.rx.check(epoch, seq, peer=self.peer)
+        body = self._rx[:length]
+        recv_exact(self.sock, body, peer=self.peer, what="an abort notice")
+        out = bytearray(length - TAG_SIZE)
+        self.rx.open_into(bytes(self._hdr), epoch, seq, body, memoryview(out), peer=self.peer)
+        raise TransportError(f"rank {self.peer} aborted the collective: {out.decode(errors='replace')}", peer=self.peer)
+
+    def notify_abort(self, reason: str) -> None:
+        """Best effort: tell the peer why we abort (skipped if a send is in flight on this link)."""
+        if not self.tx_lock.acquire(timeout=0.2):
+            return
+        try:
+            self.sock.settimeout(1.0)
+            data = reason.encode()[:4096]
+            n = self.tx.seal_into(RecordType.ABORT, data, self._tx)
+            self.sock.sendall(self._tx[:n])
+        except (OSError, TransportError):
+            pass  # the peer is gone or the link is already broken: closing it below tells it as well
+        finally:
+            self.tx_lock.release()
+
+    def close(self) -> None:
+        """Shut the connection down (wakes any thread blocked on it)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+        self.sock.close()
+
+
+__all__ = ["Link", "recv_exact", "recv_plain", "send_all", "send_plain"]
