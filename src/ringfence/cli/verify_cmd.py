@@ -1,0 +1,142 @@
+"""``ringfence verify confidentiality|keys``: the confidentiality side, from the wire and from live drills.
+
+``confidentiality`` captures the lab (or reads ``--capture``), and reports per class the payload
+bytes encrypted / plaintext / handshake-only / unknown, covered-vs-exempt and the scope check.
+``keys`` additionally rotates every enabled layer's keys under load, breaks a key on purpose to show
+the traffic fails closed, and checks that expired, revoked and foreign-CA credentials are refused.
+The JSON written is the ``Facts.keys`` mapping ``assess`` hands to the ``encryption_keys`` control.
+Exit 0 when everything passes (or is exempt), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ringfence.errors import InputError
+
+
+def _enabled(args: argparse.Namespace, lab: Any) -> dict[str, str]:
+    if args.enabled:
+        return dict(e.split("=", 1) for e in args.enabled)
+    if lab is None:
+        return {}
+    from ringfence.secure.layers._state import StateStore
+
+    return dict(StateStore(lab.name).read().classes)
+
+
+def _table(report: Any) -> None:
+    print(f"{'class':13} {'verdict':8} {'encrypted':>12} {'plaintext':>12} {'handshake':>10} {'unknown':>10}  "
+          "coverage", file=sys.stderr)
+    cov = {c.traffic_class: c for c in report.coverage}
+    for c in report.classes:
+        p = c.payload
+        where = cov[c.traffic_class].reason if c.traffic_class in cov else ""
+        print(f"{c.traffic_class:13} {c.verdict.value:8} {p['encrypted']:>12} {p['plaintext']:>12} "
+              f"{p['handshake-only']:>10} {p['unknown']:>10}  {where}", file=sys.stderr)
+    for s in report.scope:
+        if s.verdict.value == "fail":
+            print(f"scope: {s.path} ({s.traffic_class}, {s.boundary}): {s.reason}", file=sys.stderr)
+    for r in report.rotation:
+        print(f"rotation {r.layer}: {r.verdict.value}: {r.detail}", file=sys.stderr)
+    for f in report.fail_closed:
+        print(f"fail-closed {f.layer}: {f.verdict.value}: {f.error}; {f.detail}", file=sys.stderr)
+    for c in report.credentials:
+        print(f"credential {c.kind}: expected {c.expected}, {c.outcome}: {c.verdict.value}", file=sys.stderr)
+    print(f"verdict: {report.verdict.value}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace, *, drills: bool) -> int:
+    from ringfence.analyze import classify
+    from ringfence.observe.flows.pcap import PcapReader
+    from ringfence.policy import load_policy, parse_policy
+    from ringfence.secure import _verify_lab, verify
+
+    lab = None
+    if args.capture is None or drills:
+        if args.target != "lab":
+            raise InputError("--target", "live verification needs --target lab; otherwise give --capture")
+        from ringfence.lab import Lab
+
+        lab = Lab.attach(args.name)
+    policy = load_policy(args.policy) if args.policy else (
+        parse_policy(lab.policy_yaml(), source=f"lab {lab.name}") if lab is not None else None)
+    if policy is None:
+        raise InputError("--policy", "a policy is needed when verifying a capture without a lab")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="rf-verify-"))
+    work.mkdir(parents=True, exist_ok=True)
+    before = classify(PcapReader().read(Path(args.before)).flows, policy) if args.before else None
+    if args.capture:
+        flows = classify(PcapReader().read(Path(args.capture)).flows, policy)
+    else:
+        assert lab is not None
+        print(f"capturing {args.seconds:g}s of lab {lab.name}", file=sys.stderr)
+        flows = _verify_lab.capture_flows(lab, args.seconds, work / "verify.pcap", policy)
+    rotation: tuple[Any, ...] = ()
+    fail_closed: list[Any] = []
+    credentials: tuple[Any, ...] = ()
+    inventory: tuple[Any, ...] = ()
+    enabled = _enabled(args, lab)
+    if lab is not None:
+        inventory = _verify_lab.inventory(lab)
+    if drills:
+        assert lab is not None
+        layers = set(enabled.values())
+        print("rotating keys under load", file=sys.stderr)
+        rotation = _verify_lab.rotate_under_load(lab)
+        if "wireguard" in layers:
+            print("fail-closed drill: wrong WireGuard key", file=sys.stderr)
+            fail_closed.append(_verify_lab.fail_closed_wireguard(lab, policy, work))
+        if "tls" in layers:
+            print("fail-closed drill: untrusted certificate", file=sys.stderr)
+            fail_closed.append(_verify_lab.fail_closed_tls(lab, policy, work))
+            credentials = _verify_lab.credential_checks(lab, work)
+        inventory = _verify_lab.inventory(lab)
+    evidence_ids: list[str] = []
+    report = verify.judge(flows, policy, enabled, before=before, rotation=rotation, fail_closed=fail_closed,
+                          credentials=credentials, inventory=inventory)
+    if args.evidence:
+        from ringfence.evidence import EvidenceStore, RecordKind
+
+        store = EvidenceStore.open(Path(args.evidence))
+        evidence_ids.append(str(store.append(RecordKind.OBSERVATION, source="verify:confidentiality",
+                                             subject=f"lab {lab.name}" if lab else str(args.capture),
+                                             data=report.facts_keys())))
+    keys = report.facts_keys()
+    keys["evidence"] = evidence_ids
+    text = json.dumps(keys, indent=2) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    _table(report)
+    return 0 if report.verdict.value in ("pass", "exempt") else 1
+
+
+def register(sub: Any) -> None:
+    """Add the ``verify`` verb."""
+    p = sub.add_parser("verify", help="verify confidentiality on the wire and key management")
+    vsub = p.add_subparsers(dest="verify_cmd", required=True, metavar="CMD")
+    for name, drills, text in (("confidentiality", False, "per-class bytes, coverage and scope from a capture"),
+                               ("keys", True, "confidentiality plus rotation under load, fail-closed drills and "
+                                              "credential refusal (lab)")):
+        s = vsub.add_parser(name, help=text)
+        s.add_argument("--target", default="lab", choices=("lab", "none"))
+        s.add_argument("--name", help="the lab's name (default: the only lab)")
+        s.add_argument("--policy", help="policy file (default: the lab's own policy)")
+        s.add_argument("--capture", help="judge this pcap instead of capturing the lab")
+        s.add_argument("--before", help="an as-found capture, reported next to the result")
+        s.add_argument("--seconds", type=float, default=4.0, help="capture length (default 4)")
+        s.add_argument("--enabled", action="append", help="CLASS=LAYER (default: what `encrypt enable` recorded)")
+        s.add_argument("--evidence", help="evidence store to record the result in")
+        s.add_argument("--work", help="directory for captures and drill material (default: a temp dir)")
+        s.add_argument("-o", "--output", help="write the Facts.keys JSON here (default stdout)")
+        s.set_defaults(func=lambda a, d=drills: _run(a, drills=d))
+
+
+__all__ = ["register"]

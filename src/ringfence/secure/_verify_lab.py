@@ -1,0 +1,442 @@
+"""The live drills of ``ringfence verify keys --target lab``: rotation under load, fail-closed, refused credentials.
+
+Each drill measures and returns a record (:mod:`ringfence.secure._verify_types`) whose verdict
+follows from the measurements; it always undoes what it broke, also when it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ringfence.analyze import classify
+from ringfence.controls.interface import Verdict
+from ringfence.lab import Lab
+from ringfence.observe.flows.pcap import PcapReader
+from ringfence.policy import Policy
+from ringfence.secure import pki
+from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
+from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers._state import StateStore
+from ringfence.secure.layers.interface import LayerError
+
+_WORKER_FAILS = (
+    "shard_failed",
+    "checkpoint_failed",
+    "report_failed",
+    "shard_rejected",
+    "checkpoint_rejected",
+    "report_rejected",
+)
+
+
+def capture_flows(lab: Lab, seconds: float, path: Path, policy: Policy) -> pa.Table:
+    """Capture ``seconds`` of the lab into ``path`` and return the classified flows."""
+    lab.capture(seconds, path)
+    return classify(PcapReader().read(path).flows, policy)
+
+
+class _Sampler:
+    """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
+
+    def __init__(self, lab: Lab, workers: tuple[str, ...]) -> None:
+        self.lab, self.workers = lab, workers
+        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            st = self.lab.agent_status()
+            self.samples.append(
+                (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers})
+            )
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def progress_times(self, worker: str, counter: str) -> list[float]:
+        """Sample times at which ``counter`` of ``worker`` had grown since the previous sample."""
+        out, last = [], None
+        for t, c in self.samples:
+            v = c.get(worker, {}).get(counter, 0)
+            if last is not None and v > last:
+                out.append(t)
+            last = v
+        return out
+
+    def value(self, worker: str, counter: str, index: int) -> int:
+        """``counter`` of ``worker`` in sample ``index``."""
+        return int(self.samples[index][1].get(worker, {}).get(counter, 0))
+
+
+def _max_gap(times: list[float], start: float, end: float) -> float:
+    points = [start, *[t for t in times if start < t < end], end]
+    return max(b - a for a, b in zip(points, points[1:], strict=False))
+
+
+def _workers(lab: Lab) -> tuple[str, ...]:
+    return tuple(m for j in lab.topology.jobs for m in j.members)
+
+
+def _ranks_alive(lab: Lab) -> bool:
+    return all(p.alive for n in lab.status().nodes for p in n.processes if p.label.endswith("-worker"))
+
+
+def rotate_under_load(lab: Lab, *, settle: float = 4.0, evidence: Any = None) -> tuple[RotationResult, ...]:
+    """Rotate every enabled layer's keys (TLS certificates, WireGuard keys) while the job runs, and judge it."""
+    store = StateStore(lab.name)
+    enabled = store.read()
+    workers = _workers(lab)
+    results: list[RotationResult] = []
+    with _Sampler(lab, workers) as sampler:
+        time.sleep(2.0)  # a baseline of steps before the rotation
+        t_rot = time.time()
+        tls_rot = tls.rotate_lab_tls(lab, evidence=evidence) if "tls" in enabled.info else ()
+        wg_rot = wireguard.rotate_lab_wireguard(lab, evidence=evidence) if "wireguard" in enabled.info else ()
+        t_done = time.time()
+        deadline = t_done + settle + 10.0
+        # wait until every rank stepped and wrote a checkpoint after the rotation (or the deadline)
+        while time.time() < max(t_done + settle, 0) or (
+            time.time() < deadline
+            and not all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
+        ):
+            time.sleep(0.2)
+        t_end = time.time()
+    steps = {w: sampler.progress_times(w, "steps") for w in workers}
+    before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t_rot]
+    baseline = statistics.median(before) if before else 0.0
+    stall = max(_max_gap(steps[w], t_rot, t_end) for w in workers)
+    storage_stall = max(_max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
+    failures = sum(sampler.value(w, c, -1) - sampler.value(w, c, 0) for w in workers for c in _WORKER_FAILS)
+    allreduce_failed = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
+    ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
+    steps_after = all(any(t > t_done for t in steps[w]) for w in workers)
+    survived = _ranks_alive(lab) and allreduce_failed == 0 and steps_after and ckpt_after
+    job = (
+        f"job {'survived' if survived else 'FAILED'}: steps after rotation {steps_after}, checkpoints after "
+        f"{ckpt_after}, all-reduce failures {allreduce_failed}; longest step gap {stall:.2f}s "
+        f"(baseline {baseline:.2f}s), {failures} storage/management request failures"
+    )
+    if tls_rot:
+        results.append(
+            _judge_tls_rotation(lab, tls_rot, t_done, survived, stall, baseline, storage_stall, failures, job)
+        )
+    if wg_rot:
+        results.append(_judge_wg_rotation(lab, wg_rot, t_rot, survived, stall, baseline, storage_stall, failures, job))
+    tls.forget_retired(lab)
+    return tuple(results)
+
+
+def _judge_tls_rotation(
+    lab: Lab,
+    rot: tuple[tls.Rotated, ...],
+    t_done: float,
+    survived: bool,
+    stall: float,
+    baseline: float,
+    storage_stall: float,
+    failures: int,
+    job: str,
+) -> RotationResult:
+    old = {r.old_fingerprint for r in rot}
+    new = {r.new_fingerprint for r in rot}
+    events = [e for e in tls.read_events(lab, since=t_done + 0.5) if e.get("result") == "allowed"]
+    seen = {e.get("peer_fingerprint") for e in events} | {e.get("own_fingerprint") for e in events}
+    new_in_use = bool(events) and (seen & new) != set() and not (seen & old)
+    w0 = next((r for r in rot if r.node.startswith("worker")), rot[0])
+    storage = lab.topology.address("storage")
+    old_probe = tls.probe_request(lab, w0.node, w0.retired, f"https://{storage}:8080/healthz")
+    old_refused = old_probe.get("outcome") in ("refused", "closed")
+    verdict = Verdict.PASS if survived and new_in_use and old_refused else Verdict.FAIL
+    detail = (
+        f"{len(rot)} certificates re-issued and the old ones revoked; {job}; "
+        f"{len(events)} connections after rotation, new fingerprints in use: {new_in_use}; "
+        f"old certificate of {w0.identity}: {old_probe.get('outcome')} ({old_probe.get('error', '')})"
+    )
+    return RotationResult(
+        "tls",
+        tuple(r.node for r in rot),
+        survived,
+        round(stall, 3),
+        round(baseline, 3),
+        round(storage_stall, 3),
+        failures,
+        new_in_use,
+        old_refused,
+        verdict,
+        detail,
+        tuple(sorted(old)),
+        tuple(sorted(new)),
+        _iso(t_done),
+    )
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def _judge_wg_rotation(
+    lab: Lab,
+    rot: tuple[wireguard.WgRotated, ...],
+    t_rot: float,
+    survived: bool,
+    stall: float,
+    baseline: float,
+    storage_stall: float,
+    failures: int,
+    job: str,
+) -> RotationResult:
+    nodes = [r.node for r in rot]
+    new = {r.new_public for r in rot}
+    old = {r.old_public for r in rot}
+    fresh, stale = True, False
+    for n in nodes:
+        for p in wireguard.node_handle(lab, n).peers():
+            stale |= p.public_key in old
+            fresh &= p.public_key in new and p.latest_handshake >= int(t_rot)
+    refused = not wireguard.probe_old_key(lab, rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
+    shutil.rmtree(rot[0].retired_key.parent.parent, ignore_errors=True)
+    new_in_use = fresh and not stale
+    verdict = Verdict.PASS if survived and new_in_use and refused else Verdict.FAIL
+    detail = (
+        f"{len(rot)} static keys replaced; {job}; every peer handshook with the new keys after the "
+        f"rotation: {fresh}, old keys still configured: {stale}; a handshake with {rot[0].node}'s old key "
+        f"{'was refused' if refused else 'SUCCEEDED'}"
+    )
+    return RotationResult(
+        "wireguard",
+        tuple(nodes),
+        survived,
+        round(stall, 3),
+        round(baseline, 3),
+        round(storage_stall, 3),
+        failures,
+        new_in_use,
+        refused,
+        verdict,
+        detail,
+        tuple(sorted(old)),
+        tuple(sorted(new)),
+        _iso(t_rot),
+    )
+
+
+def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:
+    rows = [
+        r
+        for r in flows.select(["src", "dst", "class", "protection", "payload_bytes"]).to_pylist()
+        if r["class"] == cls and (r["src"] in addresses or r["dst"] in addresses)
+    ]
+    return sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext"), len(rows)
+
+
+def _wait_progress(lab: Lab, worker: str, counter: str, timeout: float) -> bool:
+    def now() -> int:
+        return int(lab.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
+
+    start = now()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if now() > start:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def fail_closed_wireguard(lab: Lab, policy: Policy, work: Path, *, seconds: float = 3.0) -> FailClosedResult:
+    """Give one worker a wrong public key for its peer; collective traffic must stop, with zero plaintext."""
+    info = StateStore(lab.name).read().info.get("wireguard")
+    if not info:
+        raise LayerError(f"WireGuard is not enabled in lab {lab.name}")
+    a, b = sorted(info["public_keys"])[:2]
+    hb = wireguard.node_handle(lab, b)
+    good = info["public_keys"][a]
+    wrong = wireguard.random_public_key()
+    addr_a = lab.topology.address(a)
+    drops_before = wireguard.strict_counters(lab, a)
+    hb.wg("set", hb.ifname, "peer", wrong, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
+    hb.wg("set", hb.ifname, "peer", good, "remove")
+    try:
+        time.sleep(1.5)
+        steps0 = lab.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        flows = capture_flows(lab, seconds, work / "failclosed-wireguard.pcap", policy)
+        steps1 = lab.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        peer = next(p for p in hb.peers() if p.public_key == wrong)
+        drops_after = wireguard.strict_counters(lab, a)
+    finally:
+        hb.wg("set", hb.ifname, "peer", good, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
+        hb.wg("set", hb.ifname, "peer", wrong, "remove")
+    recovered = _wait_progress(lab, a, "steps", 30.0)
+    plain, seen = _plaintext_from(flows, "collective", {addr_a, lab.topology.address(b)})
+    stopped = steps1 - steps0 <= 1  # a step already on the wire when the key broke may still finish
+    error = (
+        f"WireGuard {b} → {a}: no handshake with the configured peer key (latest handshake "
+        f"{'never' if peer.latest_handshake == 0 else peer.latest_handshake}); the key does not match {a}'s "
+        "private key, so the collective stopped"
+    )
+    ok = stopped and plain == 0
+    return FailClosedResult(
+        "wireguard",
+        "collective",
+        f"{b} holds a wrong public key for {a}",
+        stopped,
+        error,
+        plain,
+        seen,
+        recovered,
+        Verdict.PASS if ok else Verdict.FAIL,
+        f"{steps1 - steps0} steps of {a} during the {seconds:.0f}s capture; {plain} plaintext collective bytes in "
+        f"{seen} flows; strict-mode drops at {a}: {drops_before} → {drops_after}; "
+        f"{'resumed' if recovered else 'did NOT resume'} after the right key was restored",
+        {"strict_drops_before": drops_before, "strict_drops_after": drops_after},
+    )
+
+
+@contextmanager
+def _swapped_credential(cert_dir: Path, replacement: Path) -> Iterator[None]:
+    """Put ``replacement``'s cert/key/ca into ``cert_dir`` for a while; the originals are moved aside, not copied."""
+    aside = Path(tempfile.mkdtemp(prefix=".aside-", dir=cert_dir.parent))
+    os.chmod(aside, 0o700)
+    names = ("cert.pem", "key.pem", "ca.pem")
+    for n in names:
+        os.replace(cert_dir / n, aside / n)
+    try:
+        for n in names:
+            shutil.copy2(replacement / n, cert_dir / n)
+        yield
+    finally:
+        for n in names:
+            os.replace(aside / n, cert_dir / n)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def fail_closed_tls(
+    lab: Lab, policy: Policy, work: Path, *, node: str = "worker-0", seconds: float = 3.0
+) -> FailClosedResult:
+    """Give ``node`` a certificate of a foreign CA; its storage traffic must stop, with zero plaintext."""
+    info = StateStore(lab.name).read().info.get("tls")
+    if not info:
+        raise LayerError(f"TLS is not enabled in lab {lab.name}")
+    cert_dir = Path(info["pki"]) / "nodes" / node
+    ident = info["nodes"][node]["identity"]
+    foreign = tls.issue_foreign(work / "foreign", ident)
+    t0 = time.time()
+    with _swapped_credential(cert_dir, foreign):
+        time.sleep(1.0)
+        before = lab.agent_status()[f"{node}-worker"]["counters"]
+        flows = capture_flows(lab, seconds, work / "failclosed-tls.pcap", policy)
+        after = lab.agent_status()[f"{node}-worker"]["counters"]
+    recovered = _wait_progress(lab, node, "shards_read", 20.0)
+    refusals = [
+        e
+        for e in tls.read_events(lab, since=t0)
+        if e.get("result") == "refused" and (e.get("node") == node or e.get("peer") == lab.topology.address(node))
+    ]
+    plain, seen = _plaintext_from(flows, "storage", {lab.topology.address(node)})
+    read = after.get("shards_read", 0) - before.get("shards_read", 0)
+    stopped = read == 0 and bool(refusals)
+    error = refusals[0]["reason"] if refusals else "no refusal was logged"
+    ok = stopped and plain == 0
+    return FailClosedResult(
+        "tls",
+        "storage",
+        f"{node} presents a certificate of a foreign CA",
+        stopped,
+        error,
+        plain,
+        seen,
+        recovered,
+        Verdict.PASS if ok else Verdict.FAIL,
+        f"{read} shards read by {node} during the {seconds:.0f}s capture, {len(refusals)} refused connections; "
+        f"{plain} plaintext storage bytes from {node} in {seen} flows; "
+        f"{'resumed' if recovered else 'did NOT resume'} after its own certificate was restored",
+    )
+
+
+def credential_checks(lab: Lab, work: Path, *, node: str = "worker-0") -> tuple[CredentialCheck, ...]:
+    """Expired, revoked and foreign-CA credentials are refused by the storage gate; the current one is accepted."""
+    store = StateStore(lab.name)
+    info = store.read().info.get("tls")
+    if not info:
+        raise LayerError(f"TLS is not enabled in lab {lab.name}")
+    pdir = Path(info["pki"])
+    ident = info["nodes"][node]["identity"]
+    url = f"https://{lab.topology.address('storage')}:8080/healthz"
+    cases: list[tuple[str, Path, str]] = [("current", pdir / "nodes" / node, "accepted")]
+    cases.append(("expired", tls.issue_expired(pdir, ident, work / "expired"), "refused"))
+    cases.append(("foreign-ca", tls.issue_foreign(work / "foreign-check", ident), "refused"))
+    revoked_dir = pki.issue(pdir, ident, lifetime=pki.parse_duration("1h"), out_dir=work / "revoked").directory
+    pki.revoke(pdir, revoked_dir / "cert.pem")
+    cases.append(("revoked", revoked_dir, "refused"))
+    out = []
+    for kind, cdir, expected in cases:
+        res = tls.probe_request(lab, node, cdir, url)
+        outcome = "accepted" if res.get("outcome") == "response" and res.get("status") == 200 else "refused"
+        fp = pki.show(cdir).fingerprint
+        out.append(
+            CredentialCheck(
+                kind,
+                ident,
+                fp,
+                expected,
+                outcome,
+                Verdict.PASS if outcome == expected else Verdict.FAIL,
+                f"{res.get('outcome')}: {res.get('status', res.get('error', ''))}",
+            )
+        )
+    for d in ("expired", "revoked", "foreign-check"):
+        shutil.rmtree(work / d, ignore_errors=True)
+    return tuple(out)
+
+
+def inventory(lab: Lab) -> tuple[Mapping[str, Any], ...]:
+    """Certificates (by fingerprint) and tunnel keys (by public key) of the lab's layers — never private material."""
+    info = StateStore(lab.name).read().info
+    out: list[Mapping[str, Any]] = []
+    if "tls" in info:
+        for node, item in sorted(info["tls"]["nodes"].items()):
+            cert = pki.show(Path(info["tls"]["pki"]) / "nodes" / node)
+            out.append(
+                {
+                    "kind": "certificate",
+                    "node": node,
+                    "identity": item["identity"],
+                    "fingerprint": cert.fingerprint,
+                    "not_after": cert.not_after.isoformat(),
+                }
+            )
+        out.append({"kind": "ca", "fingerprint": info["tls"]["ca_fingerprint"]})
+    if "wireguard" in info:
+        out += [
+            {"kind": "wireguard", "node": n, "public_key": k}
+            for n, k in sorted(info["wireguard"]["public_keys"].items())
+        ]
+    return tuple(out)
+
+
+__all__ = [
+    "capture_flows",
+    "credential_checks",
+    "fail_closed_tls",
+    "fail_closed_wireguard",
+    "inventory",
+    "rotate_under_load",
+]
