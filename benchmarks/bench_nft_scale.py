@@ -29,14 +29,37 @@ from ringfence.enforce.synth import synthetic_policy
 PORT = 20001  # inside the synthetic jobs' collective range
 #: The smallest stateful table: conntrack plus one accept. Comparing against it separates the fixed cost
 #: of connection tracking (paid by any stateful firewall) from the cost that grows with the policy.
-STATEFUL_MINIMUM: dict[str, Any] = {"nftables": [
-    {"add": {"table": {"family": "inet", "name": "ringfence"}}},
-    {"add": {"chain": {"family": "inet", "table": "ringfence", "name": "filter", "type": "filter", "hook": "input",
-                       "prio": 0, "policy": "accept"}}},
-    {"add": {"rule": {"family": "inet", "table": "ringfence", "chain": "filter",
-                      "expr": [{"match": {"op": "in", "left": {"ct": {"key": "state"}},
-                                          "right": ["established", "related"]}}, {"accept": None}]}}},
-]}
+STATEFUL_MINIMUM: dict[str, Any] = {
+    "nftables": [
+        {"add": {"table": {"family": "inet", "name": "ringfence"}}},
+        {
+            "add": {
+                "chain": {
+                    "family": "inet",
+                    "table": "ringfence",
+                    "name": "filter",
+                    "type": "filter",
+                    "hook": "input",
+                    "prio": 0,
+                    "policy": "accept",
+                }
+            }
+        },
+        {
+            "add": {
+                "rule": {
+                    "family": "inet",
+                    "table": "ringfence",
+                    "chain": "filter",
+                    "expr": [
+                        {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}},
+                        {"accept": None},
+                    ],
+                }
+            }
+        },
+    ]
+}
 
 _CLIENT = r"""
 import socket, sys, time, json
@@ -119,13 +142,23 @@ def measure(nodes: int, connects: int, rounds: int) -> dict[str, Any]:
             server.stop()
     e, mi, lo = statistics.median(empty), statistics.median(minimal), statistics.median(loaded)
     return {
-        "nodes": nodes, "jobs": jobs, "flows": len(matrix.flows), "rules": stats["rules"], "chains": stats["chains"],
-        "sets": stats["sets"], "elements": stats["elements"], "json_bytes": len(json.dumps(doc)),
-        "render_s": round(render_s, 3), "load_s": round(load_s, 3),
-        "connect_empty_us": round(e, 1), "connect_stateful_min_us": round(mi, 1), "connect_loaded_us": round(lo, 1),
+        "nodes": nodes,
+        "jobs": jobs,
+        "flows": len(matrix.flows),
+        "rules": stats["rules"],
+        "chains": stats["chains"],
+        "sets": stats["sets"],
+        "elements": stats["elements"],
+        "json_bytes": len(json.dumps(doc)),
+        "render_s": round(render_s, 3),
+        "load_s": round(load_s, 3),
+        "connect_empty_us": round(e, 1),
+        "connect_stateful_min_us": round(mi, 1),
+        "connect_loaded_us": round(lo, 1),
         "connect_overhead_pct": round(100.0 * (lo - e) / e, 1),
         "overhead_vs_stateful_min_pct": round(100.0 * (lo - mi) / mi, 1),
-        "p99_empty_us": round(statistics.median(p99_e), 1), "p99_loaded_us": round(statistics.median(p99_l), 1),
+        "p99_empty_us": round(statistics.median(p99_e), 1),
+        "p99_loaded_us": round(statistics.median(p99_l), 1),
     }
 
 
@@ -141,9 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    cols = ["nodes", "jobs", "flows", "rules", "chains", "sets", "elements", "render_s", "load_s",
-            "connect_empty_us", "connect_stateful_min_us", "connect_loaded_us", "connect_overhead_pct",
-            "overhead_vs_stateful_min_pct", "p99_empty_us", "p99_loaded_us"]
+    cols = [
+        "nodes",
+        "jobs",
+        "flows",
+        "rules",
+        "chains",
+        "sets",
+        "elements",
+        "render_s",
+        "load_s",
+        "connect_empty_us",
+        "connect_stateful_min_us",
+        "connect_loaded_us",
+        "connect_overhead_pct",
+        "overhead_vs_stateful_min_pct",
+        "p99_empty_us",
+        "p99_loaded_us",
+    ]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

@@ -18,7 +18,21 @@ from ringfence.errors import RingfenceError
 
 #: verb name → module under ringfence.cli providing ``register(subparsers)``. One place, explicit.
 VERBS: dict[str, str] = {
+    "assess": "ringfence.cli.assess_cmd",
+    "flows": "ringfence.cli.flows_cmd",
+    "discover": "ringfence.cli.discover_cmd",
     "policy": "ringfence.cli.policy_cmd",
+    "compile": "ringfence.cli.compile_cmd",
+    "apply": "ringfence.cli.apply_cmd",
+    "probe": "ringfence.cli.probe_cmd",
+    "contain": "ringfence.cli.contain_cmd",
+    "pki": "ringfence.cli.pki_cmd",
+    "encrypt": "ringfence.cli.encrypt_cmd",
+    "verify": "ringfence.cli.verify_cmd",
+    "bench": "ringfence.cli.bench_cmd",
+    "rollout": "ringfence.cli.rollout_cmd",
+    "lab": "ringfence.cli.lab_cmd",
+    "evidence": "ringfence.cli.evidence_cmd",
 }
 
 
