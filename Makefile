@@ -23,7 +23,6 @@ demo: install sysdeps
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks || true
 
 typecheck: install
 	$(BIN)/mypy --strict src/ringfence
