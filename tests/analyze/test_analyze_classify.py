@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
-from analyze_kit import AUX, EXT, JUMP, MGMT, STORAGE, USER, W0, W1, flows, lab_policy, policy_variant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flow_kit import AUX, EXT, JUMP, MGMT, STORAGE, USER, W0, W1, flows, lab_policy, policy_variant
 from ringfence.analyze import AnalyzeError, classify
 from ringfence.observe.schema import CLASSIFIED_SCHEMA
 from ringfence.policy import Policy, parse_policy

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from analyze_kit import AUX, EXT, JUMP, MGMT, STORAGE, W0, W1, flows, lab_policy
 
+from flow_kit import AUX, EXT, JUMP, MGMT, STORAGE, W0, W1, flows, lab_policy
 from ringfence.analyze import (
     BREAKDOWN_SCHEMA,
     MATRIX_SCHEMA,

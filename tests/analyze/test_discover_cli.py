@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from analyze_kit import LAB_POLICY
 
+from flow_kit import LAB_POLICY
 from ringfence.cli import main
 from ringfence.policy import load_policy
 

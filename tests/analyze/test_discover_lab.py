@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
-from analyze_kit import LAB_POLICY
 
+from flow_kit import LAB_POLICY
 from ringfence.analyze import classify
 from ringfence.analyze.discover import Proposal, discover, render_yaml
 from ringfence.cli import main

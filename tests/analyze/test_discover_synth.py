@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from analyze_kit import AUX, EXT, JUMP, MGMT, STORAGE, USER, W0, W1, flows, lab_policy, policy_variant
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flow_kit import AUX, EXT, JUMP, MGMT, STORAGE, USER, W0, W1, flows, lab_policy, policy_variant
 from ringfence.analyze._discover_select import compact_ports
 from ringfence.analyze.discover import (
     DiscoverError,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ctl_kit import EXT, JUMP, MGMT, NOW, STORAGE, W0, W1, by_control, facts_for, lab_policy, policy_variant, verdicts
+from ctl_kit import NOW, by_control, facts_for, verdicts
 
+from flow_kit import EXT, JUMP, MGMT, STORAGE, W0, W1, lab_policy, policy_variant
 from ringfence.controls.encryption_keys import evaluate
 from ringfence.controls.interface import Facts, Verdict
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctl_kit import AUX, MGMT, NOW, STORAGE, W0, W1, facts_for, lab_policy, policy_variant
+from ctl_kit import NOW, facts_for
 
+from flow_kit import AUX, MGMT, STORAGE, W0, W1, lab_policy, policy_variant
 from ringfence.controls import change_control, containment, telemetry, workload_identity
 from ringfence.controls.interface import Facts, Verdict
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ctl_kit import AUX, EXT, JUMP, MGMT, NOW, STORAGE, USER, W0, W1, by_control, facts_for, lab_policy, verdicts
+from ctl_kit import NOW, by_control, facts_for, verdicts
 
+from flow_kit import AUX, EXT, JUMP, MGMT, STORAGE, USER, W0, W1, lab_policy
 from ringfence.controls.interface import Facts, ProbeResult, Verdict
 from ringfence.controls.registry import REGISTRY
 
@@ -121,3 +122,21 @@ def test_probes_are_judged_in_their_control(probe: ProbeResult, control: str, ve
 def test_deny_probe_passing_with_approved_flows_passes_the_control() -> None:
     facts = facts_for(POLICY, APPROVED, probes=(_probe("mgmt", 22, "deny", "timeout", True),))
     assert by_control(POLICY, facts)["admin_paths"].verdict is Verdict.PASS
+
+
+@pytest.mark.parametrize(
+    ("extra", "control", "verdict"),
+    [
+        ({"packets": 3, "packets_fwd": 3}, "admin_paths", Verdict.UNKNOWN),  # SYNs only, nothing came back
+        ({"packets": 10, "packets_fwd": 6}, "admin_paths", Verdict.FAIL),  # the responder answered: open path
+        ({"packets": 10}, "admin_paths", Verdict.FAIL),  # a source that cannot tell directions: assume open
+        ({"proto": 17, "dport": 514, "packets": 3, "packets_fwd": 3}, "zones", Verdict.FAIL),  # one-way UDP delivers
+    ],
+)
+def test_unanswered_tcp_attempt_is_not_a_breach(extra: dict, control: str, verdict: Verdict) -> None:  # type: ignore[type-arg]
+    row = {"src": AUX, "dst": MGMT, "dport": 22, **extra}
+    results = by_control(POLICY, facts_for(POLICY, [row]))
+    finding = next(f for f in results[control].findings if f.subject.startswith("flow "))
+    assert finding.verdict is verdict
+    if verdict is Verdict.UNKNOWN:
+        assert "never answered" in finding.message and "ringfence probe" in finding.message

@@ -28,8 +28,7 @@ from ringfence.analyze.discover import (
     render_yaml,
 )
 from ringfence.atomic import write_atomic
-from ringfence.observe.flows.interface import ProgressFn
-from ringfence.observe.flows.registry import read_all
+from ringfence.cli.flow_inputs import read_flow_inputs
 from ringfence.policy import load_policy
 
 
@@ -48,22 +47,6 @@ def _rendezvous(text: str) -> tuple[str, int]:
     if not sep or not job or not port.isdigit() or not 1 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not JOB=PORT (e.g. train-a=29500)")
     return job, int(port)
-
-
-def _progress() -> ProgressFn | None:
-    """A percentage on stderr while reading inputs, only on a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        pct = int(100 * done / total) if total else 100
-        if pct != last[0]:
-            last[0] = pct
-            sys.stderr.write(f"\rreading flows: {pct:3d}%" + ("\n" if pct >= 100 else ""))
-            sys.stderr.flush()
-
-    return show
 
 
 def _report(proposal: Proposal, quiet: bool) -> None:
@@ -87,10 +70,8 @@ def _run(args: argparse.Namespace) -> int:
         rendezvous=tuple(args.rendezvous or ()),
         assume_rendezvous=None if args.no_assume_rendezvous else TORCH_MASTER_PORT,
     )
-    result = read_all(args.captures, progress=None if args.quiet else _progress())
-    for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    proposal = discover(result.flows, inventory, options)
+    flows = read_flow_inputs(args.captures, progress=not args.quiet)
+    proposal = discover(flows, inventory, options)
     header = [
         f"Proposed by `ringfence discover` from {proposal.flows} flows of: {', '.join(map(str, args.captures))}",
         f"Inventory: {args.inventory}. Review the flagged flows at the end of `approved:` before use.",

@@ -11,9 +11,8 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ringfence.cli.flow_inputs import read_flow_inputs
 from ringfence.errors import RingfenceError
-from ringfence.observe.flows.interface import ProgressFn
-from ringfence.observe.flows.registry import read_all
 
 #: Rows shown by ``--format table`` before the rest is only counted.
 TABLE_ROWS: Final = 50
@@ -33,24 +32,6 @@ JSONL_KEYS: Final = (
     "protocol",
     "reason",
 )
-
-
-def _progress() -> ProgressFn | None:
-    """A progress line on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    last = [-1]
-
-    def show(done: int, total: int) -> None:
-        pct = int(100 * done / total) if total else 100
-        if pct != last[0]:
-            last[0] = pct
-            sys.stderr.write(f"\rreading flows: {pct:3d}%")
-            if pct >= 100:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-
-    return show
 
 
 def _classify(flows: pa.Table, policy_path: str) -> pa.Table:
@@ -126,10 +107,9 @@ def _table(flows: pa.Table) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.format == "parquet" and not args.output:
         raise RingfenceError("--format parquet needs -o/--output", hint="parquet is binary: name a file")
-    result = read_all(args.files, progress=_progress())
-    for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    flows = _classify(result.flows, args.policy) if args.policy else result.flows
+    flows = read_flow_inputs(args.files)
+    if args.policy:
+        flows = _classify(flows, args.policy)
     if args.format == "table":
         _table(flows)
         return 0

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringfence.enforce.interface import (
-    DEFAULT_OPTIONS,
-    RenderedFile,
-    RenderOptions,
-    RenderResult,
-    Unsupported,
-    dump_json,
+from ringfence.enforce.interface import DEFAULT_OPTIONS, RenderOptions, RenderResult, Unsupported
+from ringfence.enforce.k8s import (
+    LABEL_ZONE,
+    Peer,
+    flow_sides,
+    internal_zones,
+    k8s_ports,
+    list_result,
+    object_metadata,
+    object_name,
 )
-from ringfence.enforce.k8s import LABEL_FLOW, LABEL_ZONE, Peer, internal_zones, k8s_ports, object_name, peer
 from ringfence.enforce.matrix import Matrix, ResolvedFlow, encryption_notes, resolve
 from ringfence.policy import Policy
 
@@ -41,27 +43,20 @@ def _cnp(name: str, namespace: str, selector: dict[str, Any], spec: dict[str, An
     return {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/managed-by": "ringfence", **labels}},
+        "metadata": object_metadata(name, namespace, labels),
         "spec": {"endpointSelector": selector, **spec},
     }
 
 
 def _flow_policies(matrix: Matrix, flow: ResolvedFlow, namespace: str) -> list[dict[str, Any]]:
-    src, dst = peer(matrix, flow.source), peer(matrix, flow.destination)
     to_ports = [{"ports": k8s_ports(flow, as_string=True)}]
-    labels = {LABEL_FLOW: object_name(flow.id)}
     log = {"value": f"rf:{flow.id}"[:_LOG_MAX]}
-    out = []
-    if dst.labels is not None:
-        out.append(_cnp(object_name("rf", flow.id, "ingress"), namespace, dst.labels,
-                        {"ingress": [{**_peer_rule(src, "ingress"), "toPorts": to_ports}], "log": log,
-                         "description": f"ringfence approved flow {flow.id} ({flow.traffic_class})"}, labels))
-    if src.labels is not None:
-        out.append(_cnp(object_name("rf", flow.id, "egress"), namespace, src.labels,
-                        {"egress": [{**_peer_rule(dst, "egress"), "toPorts": to_ports}], "log": log,
-                         "description": f"ringfence approved flow {flow.id} ({flow.traffic_class})"}, labels))
-    return out
+    return [
+        _cnp(side.name, namespace, side.selector,
+             {side.direction: [{**_peer_rule(side.other, side.direction), "toPorts": to_ports}], "log": log,
+              "description": f"ringfence approved flow {flow.id} ({flow.traffic_class})"}, side.labels)
+        for side in flow_sides(matrix, flow)
+    ]
 
 
 class CiliumRenderer:
@@ -93,9 +88,7 @@ class CiliumRenderer:
         ]
         for f in matrix.flows:
             items += _flow_policies(matrix, f, self.namespace)
-        doc = {"apiVersion": "v1", "kind": "List", "items": items}
-        return RenderResult(TARGET, (RenderedFile("ciliumnetworkpolicy.json", dump_json(doc)),), tuple(notes),
-                            {"objects": len(items), "flows": len(matrix.flows)})
+        return list_result(TARGET, "ciliumnetworkpolicy.json", items, notes, len(matrix.flows))
 
 
 __all__ = ["CiliumRenderer"]

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringfence.enforce.interface import (
-    DEFAULT_OPTIONS,
-    RenderedFile,
-    RenderOptions,
-    RenderResult,
-    Unsupported,
-    dump_json,
+from ringfence.enforce.interface import DEFAULT_OPTIONS, RenderOptions, RenderResult, Unsupported
+from ringfence.enforce.k8s import (
+    LABEL_ZONE,
+    Peer,
+    flow_sides,
+    internal_zones,
+    k8s_ports,
+    list_result,
+    object_metadata,
+    object_name,
 )
-from ringfence.enforce.k8s import LABEL_FLOW, LABEL_ZONE, Peer, internal_zones, k8s_ports, object_name, peer
 from ringfence.enforce.matrix import Matrix, ResolvedFlow, encryption_notes, resolve
 from ringfence.policy import Policy
 
@@ -40,24 +42,18 @@ def _policy(name: str, namespace: str, selector: dict[str, Any], kind: str, rule
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "ringfence",
-                                                                      **labels}},
+        "metadata": object_metadata(name, namespace, labels),
         "spec": spec,
     }
 
 
 def _flow_policies(matrix: Matrix, flow: ResolvedFlow, namespace: str) -> list[dict[str, Any]]:
-    src, dst = peer(matrix, flow.source), peer(matrix, flow.destination)
     ports = k8s_ports(flow)
-    labels = {LABEL_FLOW: object_name(flow.id)}
-    out = []
-    if dst.labels is not None:
-        out.append(_policy(object_name("rf", flow.id, "ingress"), namespace, dst.labels, "Ingress",
-                           [{"from": _peers(src), "ports": ports}], labels))
-    if src.labels is not None:
-        out.append(_policy(object_name("rf", flow.id, "egress"), namespace, src.labels, "Egress",
-                           [{"to": _peers(dst), "ports": ports}], labels))
-    return out
+    return [
+        _policy(side.name, namespace, side.selector, side.direction.capitalize(),
+                [{"from" if side.direction == "ingress" else "to": _peers(side.other), "ports": ports}], side.labels)
+        for side in flow_sides(matrix, flow)
+    ]
 
 
 class NetworkPolicyRenderer:
@@ -92,9 +88,7 @@ class NetworkPolicyRenderer:
             it["spec"]["egress"] = []
         for f in matrix.flows:
             items += _flow_policies(matrix, f, self.namespace)
-        doc = {"apiVersion": "v1", "kind": "List", "items": items}
-        return RenderResult(TARGET, (RenderedFile("networkpolicy.json", dump_json(doc)),), tuple(notes),
-                            {"objects": len(items), "flows": len(matrix.flows)})
+        return list_result(TARGET, "networkpolicy.json", items, notes, len(matrix.flows))
 
 
 __all__ = ["NetworkPolicyRenderer"]

@@ -21,7 +21,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -230,6 +230,34 @@ def serve(bind: str, port: int, handler: type[Handler], ctx: ssl.SSLContext | No
     return server
 
 
+def server_parser(description: str, port: int) -> argparse.ArgumentParser:
+    """Arguments every HTTP service takes: :func:`base_parser`'s plus ``--bind`` and ``--port`` (default ``port``)."""
+    p = base_parser(description)
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=port)
+    return p
+
+
+def serve_until_stopped(args: argparse.Namespace, agent: str, handler: type[Handler], state: Any,
+                        start: Callable[[Status, threading.Event], None] | None = None) -> int:
+    """Run an HTTP service on ``--bind``/``--port`` until SIGTERM/SIGINT; the agent's ``main`` returns this.
+
+    ``start(status, stop)``, when given, launches the service's background work once it is serving and
+    before it reports ready. ``ready`` is true in the status file exactly while requests are served.
+    """
+    stop = stop_event()
+    status = Status(args.status_file, agent)
+    server = serve(args.bind, args.port, handler, server_context(args), status, state)
+    if start is not None:
+        start(status, stop)
+    status.set("ready", True)
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    status.set("ready", False)
+    return 0
+
+
 class HttpClient:
     """One-request-per-connection HTTP(S) client; each request is its own TCP flow, as in the real services."""
 
@@ -292,7 +320,9 @@ __all__ = [
     "peer_identity",
     "run_forever",
     "serve",
+    "serve_until_stopped",
     "server_context",
+    "server_parser",
     "stop_event",
     "tls_enabled",
 ]

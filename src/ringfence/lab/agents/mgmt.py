@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringfence.lab.agents.common import Handler, Status, base_parser, serve, server_context, stop_event
+from ringfence.lab.agents.common import Handler, serve_until_stopped, server_parser
 
 
 @dataclass
@@ -84,19 +84,8 @@ class MgmtHandler(Handler):
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM."""
-    p = base_parser(__doc__ or "")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
-    args = p.parse_args(argv)
-    stop = stop_event()
-    status = Status(args.status_file, "mgmt")
-    server = serve(args.bind, args.port, MgmtHandler, server_context(args), status, Registry())
-    status.set("ready", True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    status.set("ready", False)
-    return 0
+    args = server_parser(__doc__ or "", 8000).parse_args(argv)
+    return serve_until_stopped(args, "mgmt", MgmtHandler, Registry())
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import hashlib
 import threading
 from dataclasses import dataclass, field
 
-from ringfence.lab.agents.common import Handler, Status, base_parser, serve, server_context, stop_event
+from ringfence.lab.agents.common import Handler, serve_until_stopped, server_parser
 
 
 @dataclass
@@ -51,19 +51,8 @@ class ReplicaHandler(Handler):
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM."""
-    p = base_parser(__doc__ or "")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=9000)
-    args = p.parse_args(argv)
-    stop = stop_event()
-    status = Status(args.status_file, "replica")
-    server = serve(args.bind, args.port, ReplicaHandler, server_context(args), status, Catalog())
-    status.set("ready", True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    status.set("ready", False)
-    return 0
+    args = server_parser(__doc__ or "", 9000).parse_args(argv)
+    return serve_until_stopped(args, "replica", ReplicaHandler, Catalog())
 
 
 if __name__ == "__main__":

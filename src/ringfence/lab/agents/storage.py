@@ -14,7 +14,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from ringfence.lab.agents.common import Handler, HttpClient, Status, base_parser, serve, server_context, stop_event
+from ringfence.lab.agents.common import Handler, HttpClient, Status, serve_until_stopped, server_parser
 
 _WORDS = ("the gradient of a loss flows back through every layer while the optimizer keeps its moments "
           "and a scheduler warms the learning rate before the cosine decay of a long run").split()
@@ -99,24 +99,17 @@ def _replicate(store: Store, client: HttpClient, replica_url: str, status: Statu
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM."""
-    p = base_parser(__doc__ or "")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8080)
+    p = server_parser(__doc__ or "", 8080)
     p.add_argument("--replica-url", default="", help="base URL of the off-site replica (empty: no replication)")
     args = p.parse_args(argv)
-    stop = stop_event()
-    status = Status(args.status_file, "storage")
     store = Store()
-    server = serve(args.bind, args.port, StorageHandler, server_context(args), status, store)
-    if args.replica_url:
-        threading.Thread(target=_replicate, args=(store, HttpClient(args), args.replica_url, status, stop),
-                         daemon=True).start()
-    status.set("ready", True)
-    stop.wait()
-    server.shutdown()
-    server.server_close()
-    status.set("ready", False)
-    return 0
+
+    def start_replication(status: Status, stop: threading.Event) -> None:
+        if args.replica_url:
+            threading.Thread(target=_replicate, args=(store, HttpClient(args), args.replica_url, status, stop),
+                             daemon=True).start()
+
+    return serve_until_stopped(args, "storage", StorageHandler, store, start_replication)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Builders shared by the analyze tests: the lab policy, policy variants, hand-made flow tables."""
+"""Builders shared by the analyze and control tests: the lab policy, policy variants, hand-made flow tables.
+
+Imported as a top-level module (``from flow_kit import ...``): it sits in ``tests/``, which pytest puts on
+``sys.path`` when it loads ``tests/conftest.py``, so it works whichever test directory is run.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import yaml
 from ringfence.observe.schema import FLOW_SCHEMA, conform
 from ringfence.policy import Policy, load_policy, parse_policy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 LAB_POLICY = REPO / "examples" / "lab-policy.yaml"
 
 # Addresses of the lab (examples/lab-policy.yaml).
