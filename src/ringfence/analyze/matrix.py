@@ -149,7 +149,8 @@ def group_flows(classified: pa.Table, policy: Policy) -> pa.Table:
     captures), largest first, and add what controls need from the policy:
 
     ``records``, ``bytes``, ``payload_bytes`` (sums), ``protocol``, ``reason``, ``sources``,
-    ``first_seen``, ``last_seen``; ``service`` (the service at the responder's port, first declared),
+    ``first_seen``, ``last_seen``, ``reply_packets`` (packets the responder sent; null when the flow
+    source does not tell directions); ``service`` (the service at the responder's port, first declared),
     ``admin`` (that service is an administrative path), ``outside`` (the responder is in an external
     zone or not in the inventory at all), ``job_port`` (an end is a job member and the port lies in
     that job's collective range — what collective traffic looks like, approved or not).
@@ -184,7 +185,9 @@ def group_flows(classified: pa.Table, policy: Policy) -> pa.Table:
                   SELECT {keys}, count(*)::BIGINT AS records, coalesce(sum(bytes), 0)::BIGINT AS bytes,
                          sum(payload_bytes)::BIGINT AS payload_bytes, min(protocol) AS protocol,
                          min(reason) AS reason, string_agg(DISTINCT source, ', ' ORDER BY source) AS sources,
-                         min(first_seen) AS first_seen, max(last_seen) AS last_seen
+                         min(first_seen) AS first_seen, max(last_seen) AS last_seen,
+                         -- packets the responder sent back; NULL when the source cannot tell directions
+                         sum(packets - packets_fwd)::BIGINT AS reply_packets
                   FROM rf_classified GROUP BY {keys}
                 ), s AS (
                   SELECT g.src, g.dst, g.sport, g.dport, g.proto, g.dst_node,

@@ -95,15 +95,29 @@ def flow_failures(
     what: str,
 ) -> list[Finding]:
     """One finding per flow group of ``table`` (capped), each failing unless an exception covers it;
-    the groups not listed are summarised as exempt and failing counts."""
+    the groups not listed are summarised as exempt and failing counts.
+
+    A TCP attempt the responder never answered (no packet back, so no connection and no data) did
+    not get through: it is ``unknown`` — likely dropped, but a drop by policy is proven only by a
+    probe — not a failure of the path control. One-way UDP still delivers data, so it stays a failure.
+    """
     rows = table.slice(0, LIST_CAP).to_pylist()
-    out = [failing(meta, policy, facts, flow_subject(r), message(r), flow_keys(r), facts.flow_evidence) for r in rows]
+    out = [
+        _unanswered(meta, r, message(r), facts)
+        if _is_unanswered(r)
+        else failing(meta, policy, facts, flow_subject(r), message(r), flow_keys(r), facts.flow_evidence)
+        for r in rows
+    ]
     rest = table.slice(LIST_CAP)
     if rest.num_rows:
         exempt = exception_mask(rest, policy, meta.id, facts.now, active=True)
+        unanswered = pc.fill_null(
+            pc.and_(pc.equal(rest.column("proto"), 6), pc.equal(rest.column("reply_packets"), 0)), False
+        )
         for verdict, part in (
             (Verdict.EXEMPT, rest.filter(exempt)),
-            (Verdict.FAIL, rest.filter(pc.invert(exempt))),
+            (Verdict.UNKNOWN, rest.filter(pc.and_(pc.invert(exempt), unanswered))),
+            (Verdict.FAIL, rest.filter(pc.and_(pc.invert(exempt), pc.invert(unanswered)))),
         ):
             if part.num_rows:
                 out.append(
@@ -116,6 +130,21 @@ def flow_failures(
                     )
                 )
     return out
+
+
+def _is_unanswered(row: Mapping[str, Any]) -> bool:
+    return row.get("proto") == 6 and row.get("reply_packets") == 0
+
+
+def _unanswered(meta: ControlMeta, row: Mapping[str, Any], message: str, facts: Facts) -> Finding:
+    return Finding(
+        meta.id,
+        Verdict.UNKNOWN,
+        flow_subject(row),
+        f"attempted, never answered (no packet came back: no connection, no data delivered) — {message}; "
+        f"likely dropped, but only a probe proves a drop by policy: {GATHER['probes']}",
+        facts.flow_evidence,
+    )
 
 
 def approved_passes(meta: ControlMeta, policy: Policy, facts: Facts, table: pa.Table) -> list[Finding]:
