@@ -1,13 +1,20 @@
-"""Plaintext gloo vs the authenticated-encrypted ``ringfence`` backend: busbw and latency, same machine, same run.
+"""Plaintext gloo vs the ``ringfence`` backend vs gloo over wireguard-go: busbw and latency, same machine, same run.
 
-    .venv/bin/python benchmarks/bench_transport.py                     # loopback, 2 and 4 ranks
-    .venv/bin/python benchmarks/bench_transport.py --target lab        # one rank per lab worker namespace
+    .venv/bin/python benchmarks/bench_transport.py                     # loopback, 2 and 4 ranks (no wireguard-go)
+    .venv/bin/python benchmarks/bench_transport.py --target lab --up   # one rank per lab worker namespace
 
-Arms are interleaved (gloo, ringfence, gloo, ringfence, …) so that a noisy neighbour hits both alike;
+Arms are interleaved (gloo, ringfence, wireguard-go, gloo, …) so that a noisy neighbour hits all alike;
 each cell is the median over ``--repeats`` runs of that run's figure (busbw from the mean iteration
 time at 4 MiB and 64 MiB, p50 latency at ≤ 64 KiB). Prints a markdown table with machine and date,
 ready for BENCHMARKS.md. Uses the benchmark driver (:mod:`ringfence.bench.driver`), so every rank is
 a real process and every all-reduce result is checked element by element.
+
+The wireguard-go arm (lab only) is plain gloo on the same workers with WireGuard enabled among the
+ranks' nodes for that arm only (strict mode: no plaintext path between them), then disabled again.
+The layer's policy routing sends all traffic to a peer's lab address through the tunnel, so gloo keeps
+its addresses. wireguard-go is ~1/37 of gloo here, so that arm runs only ``--wg-sizes`` with
+``--wg-iters`` iterations; after each such run the tunnel's byte counters must show the all-reduce
+went through it.
 """
 
 from __future__ import annotations
@@ -18,16 +25,23 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ringfence.bench.driver import BenchSpec, RankSpec, parse_sizes, run_allreduce
 from ringfence.bench.placement import local_ranks
+from ringfence.bench.run import BenchRun
 from ringfence.secure import pki
 
+if TYPE_CHECKING:
+    from ringfence.lab import Lab
+
 LATENCY_MAX = 64 << 10
-BANDWIDTH_SIZES = (4 << 20, 64 << 20)
 PLUGIN = "ringfence.secure.transport:register_backend"
+ARMS = ("gloo", "ringfence", "wireguard")
+TARGETS = {4 << 20: "≥ 90 %", 64 << 20: "≥ 95 %"}  # ringfence vs gloo, 2 ranks (issue 7)
 
 
 def _pki(world: int, root: Path) -> str:
@@ -37,8 +51,8 @@ def _pki(world: int, root: Path) -> str:
     return str(root / "nodes" / "job-allreduce-rank-{rank}")
 
 
-def _ranks(target: str, world: int, lab_name: str | None) -> list[RankSpec]:
-    if target == "local":
+def _ranks(lab_name: str | None, world: int) -> list[RankSpec]:
+    if lab_name is None:
         return local_ranks([f"rank-{r}" for r in range(world)])
     from ringfence.bench.placement import lab_ranks
 
@@ -47,6 +61,26 @@ def _ranks(target: str, world: int, lab_name: str | None) -> list[RankSpec]:
 
 def _fmt_size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def _over_wireguard(lab: Lab, ranks: list[RankSpec], spec: BenchSpec) -> tuple[BenchRun, int, int]:
+    """Gloo with WireGuard on among the ranks' nodes for this run only: the run, tunnel bytes sent, strict drops."""
+    from ringfence.secure.layers import wireguard
+
+    nodes = [r.node for r in ranks]
+    wireguard.enable_lab_wireguard(lab, nodes, strict=True)
+    try:
+        run = run_allreduce(ranks, spec)
+        sent = sum(p.tx_bytes for n in nodes for p in wireguard.node_handle(lab, n).peers())
+        drops = sum(sum(wireguard.strict_counters(lab, n).values()) for n in nodes)
+    finally:
+        wireguard.disable_lab_wireguard(lab)
+    # Every iteration moves at least the largest message out of some rank; less through the tunnel means
+    # gloo went around it and the arm would be measuring plaintext.
+    floor = max(spec.sizes) * (spec.iterations + spec.warmup)
+    if sent < floor:
+        raise SystemExit(f"wireguard-go arm: the tunnels sent only {sent} bytes (< {floor}); gloo bypassed them")
+    return run, sent, drops
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,66 +94,125 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--chunk", type=int, default=None, help="RINGFENCE_TRANSPORT_CHUNK_BYTES")
+    p.add_argument("--no-wireguard", action="store_true", help="skip the wireguard-go arm (lab only anyway)")
+    p.add_argument("--wg-sizes", default="4M,64M", help="sizes of the wireguard-go arm (those also in --sizes)")
+    p.add_argument("--wg-iters", type=int, default=3, help="iterations of the wireguard-go arm")
+    p.add_argument("--wg-warmup", type=int, default=1, help="warm-up iterations of the wireguard-go arm")
     args = p.parse_args(argv)
-    if args.target == "lab" and args.up:
-        from ringfence.lab import Lab
+    if args.target == "local":
+        return _measure(args, None)
+    from ringfence.lab import Lab
 
-        lab = Lab.up(workers=max(int(w) for w in args.worlds.split(",")), jobs=1, traffic=False)
+    if not args.up:
+        return _measure(args, Lab.attach(args.lab))
+    lab = Lab.up(workers=max(int(w) for w in args.worlds.split(",")), jobs=1, traffic=False)
+    try:
+        return _measure(args, lab)
+    finally:
         try:
-            return _measure(args, lab.name)
-        finally:
             lab.down()
-    return _measure(args, args.lab)
+        finally:
+            _forget_layers(lab)
 
 
-def _measure(args: argparse.Namespace, lab_name: str | None) -> int:
+def _forget_layers(lab: Lab) -> None:
+    """Drop the layer state this run left for its own lab (the wireguard arm disabled its processes)."""
+    from ringfence.secure.layers._state import StateStore
+    from ringfence.secure.layers.interface import LayerError
+
+    try:
+        StateStore(lab.name).forget()
+    except LayerError as exc:
+        print(f"warning: {exc.message}", file=sys.stderr)
+
+
+def _measure(args: argparse.Namespace, lab: Lab | None) -> int:
     sizes = parse_sizes(args.sizes)
+    wg_sizes = tuple(s for s in parse_sizes(args.wg_sizes) if s in sizes)
+    use_wg = lab is not None and not args.no_wireguard and bool(wg_sizes)
+    arms = ARMS if use_wg else ARMS[:2]
     worlds = [int(w) for w in args.worlds.split(",")]
     rows: dict[tuple[int, str, int], list[tuple[float, float]]] = {}
+    tunnel: dict[int, list[tuple[int, int]]] = {}
     with tempfile.TemporaryDirectory(prefix="rf-bench-pki-") as tmp:
         rank_dir = _pki(max(worlds), Path(tmp))
         env = {"RINGFENCE_TRANSPORT_DIR": rank_dir, "OMP_NUM_THREADS": "1"}
         if args.chunk:
             env["RINGFENCE_TRANSPORT_CHUNK_BYTES"] = str(args.chunk)
         for world in worlds:
-            ranks = _ranks(args.target, world, lab_name)
+            ranks = _ranks(lab.name if lab is not None else None, world)
             for rep in range(args.repeats):
-                for backend in ("gloo", "ringfence"):
+                for arm in arms:
+                    wg = arm == "wireguard"
                     spec = BenchSpec(
-                        sizes=sizes, backend=backend, warmup=args.warmup, iterations=args.iters,
-                        plugins=(PLUGIN,) if backend == "ringfence" else (), env=env, layer=backend,
+                        sizes=wg_sizes if wg else sizes, backend="ringfence" if arm == "ringfence" else "gloo",
+                        warmup=args.wg_warmup if wg else args.warmup, iterations=args.wg_iters if wg else args.iters,
+                        plugins=(PLUGIN,) if arm == "ringfence" else (), env=env, layer=arm,
                     )  # fmt: skip
-                    run = run_allreduce(ranks, spec)
+                    t0 = time.monotonic()
+                    if wg and lab is not None:
+                        run, sent, drops = _over_wireguard(lab, ranks, spec)
+                        tunnel.setdefault(world, []).append((sent, drops))
+                    else:
+                        run = run_allreduce(ranks, spec)
                     for res in run.repeats[0].results:
-                        assert res.wrong in (0, None), f"{backend}: {res.wrong} wrong elements at {res.size}"
-                        rows.setdefault((world, backend, res.size), []).append((res.busbw, res.p50_us or 0.0))
-                    print(f"world {world} repeat {rep + 1}/{args.repeats} {backend}: done", file=sys.stderr)
+                        if res.wrong not in (0, None):
+                            raise SystemExit(f"{arm}: {res.wrong} wrong elements at {res.size}")
+                        rows.setdefault((world, arm, res.size), []).append((res.busbw, res.p50_us or 0.0))
+                    print(f"world {world} repeat {rep + 1}/{args.repeats} {arm}: done in {time.monotonic() - t0:.0f} s",
+                          file=sys.stderr)  # fmt: skip
+    _print_table(args, lab, worlds, sizes, wg_sizes if use_wg else (), rows, tunnel)
+    return 0
+
+
+def _print_table(
+    args: argparse.Namespace,
+    lab: Lab | None,
+    worlds: list[int],
+    sizes: tuple[int, ...],
+    wg_sizes: tuple[int, ...],
+    rows: dict[tuple[int, str, int], list[tuple[float, float]]],
+    tunnel: dict[int, list[tuple[int, int]]],
+) -> None:
     load = os.getloadavg()
-    where = "loopback" if args.target == "local" else f"lab namespaces ({lab_name or 'attached lab'})"
-    print(f"### ringfence transport vs plaintext gloo — {where}\n")
+    where = "loopback" if lab is None else f"lab namespaces ({lab.name})"
+    print(f"### ringfence transport vs plaintext gloo vs gloo over wireguard-go — {where}\n")
     print(f"- machine: {platform.node()}, {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-          f"Linux {platform.release()}, load average {load[0]:.1f}/{load[1]:.1f}")  # fmt: skip
+          f"Linux {platform.release()}, load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end")  # fmt: skip
     print(f"- date: {datetime.now(UTC).isoformat(timespec='minutes')}")
     print(f"- {args.repeats} interleaved repeats × {args.iters} iterations (after {args.warmup} warm-up), float32, "
-          "median of the per-repeat figures; OMP_NUM_THREADS=1 for both arms\n")  # fmt: skip
-    print("| ranks | size | gloo | ringfence | ringfence / gloo | target |")
-    print("|---:|---:|---:|---:|---:|---|")
+          "median of the per-repeat figures; OMP_NUM_THREADS=1 for every arm")  # fmt: skip
+    if wg_sizes:
+        carried = ", ".join(
+            f"{w} ranks {sum(s for s, _ in t) / 1e9:.2f} GB sent, {sum(d for _, d in t)} strict-mode drops"
+            for w, t in sorted(tunnel.items())
+        )
+        print(f"- wireguard-go: gloo with WireGuard (strict) enabled among the ranks' workers for that arm only, "
+              f"{', '.join(_fmt_size(s) for s in wg_sizes)} × {args.wg_iters} iterations (after {args.wg_warmup} "
+              f"warm-up); through the tunnels: {carried}")  # fmt: skip
+    else:
+        print("- wireguard-go: not measured (" + ("loopback has no lab workers" if lab is None else "--no-wireguard")
+              + ")")  # fmt: skip
+    print()
+    print("| ranks | size | gloo | ringfence | wireguard-go | ringfence / gloo | wireguard-go / gloo | target |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for world in worlds:
         for size in sizes:
-            g = rows[(world, "gloo", size)]
-            r = rows[(world, "ringfence", size)]
+            g, r = rows[(world, "gloo", size)], rows[(world, "ringfence", size)]
+            w = rows.get((world, "wireguard", size))
             if size <= LATENCY_MAX:
-                gl = statistics.median(x[1] for x in g)
-                rl = statistics.median(x[1] for x in r)
-                print(f"| {world} | {_fmt_size(size)} | {gl:.0f} µs p50 | {rl:.0f} µs p50 | {rl / gl:.2f}× latency "
-                      "| ≤ 1.5× |")  # fmt: skip
+                gl, rl = statistics.median(x[1] for x in g), statistics.median(x[1] for x in r)
+                wl = statistics.median(x[1] for x in w) if w else None
+                wcell, wratio = (f"{wl:.0f} µs p50", f"{wl / gl:.2f}×") if wl else ("—", "—")
+                print(f"| {world} | {_fmt_size(size)} | {gl:.0f} µs p50 | {rl:.0f} µs p50 | {wcell} "
+                      f"| {rl / gl:.2f}× latency | {wratio} | ≤ 1.5× |")  # fmt: skip
             else:
-                gb = statistics.median(x[0] for x in g)
-                rb = statistics.median(x[0] for x in r)
-                target = {4 << 20: "≥ 90 %", 64 << 20: "≥ 95 %"}.get(size, "") if world == 2 else "report"
-                print(f"| {world} | {_fmt_size(size)} | {gb:.3f} GB/s | {rb:.3f} GB/s | {100 * rb / gb:.0f} % busbw "
-                      f"| {target} |")  # fmt: skip
-    return 0
+                gb, rb = statistics.median(x[0] for x in g), statistics.median(x[0] for x in r)
+                wb = statistics.median(x[0] for x in w) if w else None
+                wcell, wratio = (f"{wb:.3f} GB/s", f"{100 * wb / gb:.1f} %") if wb else ("—", "—")
+                target = TARGETS.get(size, "") if world == 2 else "report"
+                print(f"| {world} | {_fmt_size(size)} | {gb:.3f} GB/s | {rb:.3f} GB/s | {wcell} "
+                      f"| {100 * rb / gb:.0f} % busbw | {wratio} | {target} |")  # fmt: skip
 
 
 if __name__ == "__main__":
