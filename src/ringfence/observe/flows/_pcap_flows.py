@@ -41,6 +41,10 @@ SERVICE_PORTS: Final = (
     29500, 51820,
 )  # fmt: skip
 
+#: The lowest port an OS picks for an outgoing connection (Linux's default ip_local_port_range starts
+#: at 32768; Windows and the IANA range at 49152).
+EPHEMERAL_LOW: Final = 32768
+
 _KEY: Final = np.dtype(
     [
         ("etype", "<u2"), ("proto", "u1"), ("okind", "u1"), ("pa", "<i4"), ("pb", "<i4"), ("vlan", "<i4"),
@@ -309,11 +313,14 @@ class FlowAccumulator:
 
 
 def _initiator_is_a(key: npt.NDArray[np.void], st: dict[str, I64]) -> npt.NDArray[np.bool_]:
-    """SYN-without-ACK sender; else the side talking to a service port; else the first packet's sender."""
+    """SYN-without-ACK sender; else the side talking to a service port; else the side whose port is
+    ephemeral while the other's is not (a capture that starts mid-connection has no SYN, and a client's
+    port is what the OS picked); else the first packet's sender."""
     pa_, pb_ = key["pa"].astype(np.int64), key["pb"].astype(np.int64)
     svc_a = (pa_ >= 0) & ((pa_ < 1024) | np.isin(pa_, SERVICE_PORTS))
     svc_b = (pb_ >= 0) & ((pb_ < 1024) | np.isin(pb_, SERVICE_PORTS))
-    by_first = st["first_dir"] == 0
+    eph_a, eph_b = pa_ >= EPHEMERAL_LOW, pb_ >= EPHEMERAL_LOW
+    by_first = np.where(eph_a != eph_b, eph_a, st["first_dir"] == 0)
     by_port = np.where(svc_a & svc_b & (pa_ != pb_), pb_ < pa_, svc_b)
     decided_by_port = (svc_a != svc_b) | (svc_a & svc_b & (pa_ != pb_))
     has_syn = st["syn"] != _MAX
