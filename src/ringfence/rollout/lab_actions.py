@@ -26,6 +26,7 @@ nothing until a step actually runs — a refused step never touches the lab.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -74,10 +75,11 @@ _WG_WIRE = frozenset(wireguard.SCOPE.wire_protocols)
 
 
 class LabRef:
-    """A lab given now, or the one found on first use (by name, or the only running lab)."""
+    """A lab given now, or the one found on first use: by name, else ``$RINGFENCE_LAB`` (so the CLI's
+    zero-argument factories can be pointed at one lab while others run), else the only running lab."""
 
     def __init__(self, lab: Lab | None = None, name: str | None = None) -> None:
-        self._lab, self._name = lab, name
+        self._lab, self._name = lab, name or os.environ.get("RINGFENCE_LAB") or None
 
     def get(self) -> Lab:
         """The lab; :class:`~ringfence.lab.LabError` when none (or several, without a name) is running."""
