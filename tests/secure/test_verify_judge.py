@@ -129,6 +129,9 @@ def test_scope_nccl_tls_does_not_cover_rdma_and_macsec_not_a_routed_path() -> No
     assert "external" in checks["checkpoint-replication"].boundary
     ok = {s.path: s for s in scope_check(_policy(), ENABLED)}
     assert all(s.verdict is Verdict.PASS for s in ok.values())
+    # The admin path is sshd: SSH covers it itself; the management class's TLS layer is not claimed for it.
+    assert ok["admin-ssh"].layer == "ssh" and "SSH encrypts" in ok["admin-ssh"].reason
+    assert checks["admin-ssh"].layer == "ssh"
 
 
 def _rotation(ok: bool) -> RotationResult:

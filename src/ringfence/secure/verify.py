@@ -384,6 +384,15 @@ def scope_check(policy: Policy, enabled: Mapping[str, str]) -> tuple[ScopeCheck,
             + ("" if routed else " (between hosts of one zone)")
         )
         transport = _transport(policy, flow.source.job or flow.destination.job, flow.proto)
+        service = policy.service(flow.destination.service) if flow.destination.service else None
+        if service is not None and service.application == "ssh":
+            # SSH encrypts its own transport end to end; a class layer (the TLS sidecar) does not carry it,
+            # so naming that layer here would claim coverage it does not give. The wire verdict checks SSH.
+            out.append(
+                ScopeCheck(flow.id, cls, boundary, transport.value, routed, "ssh", Verdict.PASS,
+                           "SSH encrypts this path itself (application-level transport security, end to end)")
+            )
+            continue
         layer = enabled.get(cls)
         if layer is None:
             exempt = _class_exception(policy, cls) is not None
