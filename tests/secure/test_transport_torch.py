@@ -39,16 +39,18 @@ def _run(mode: str, pki_home: Any, tmp: Path, world: int = 2, extra_env: dict[st
             (out, subprocess.Popen([sys.executable, str(SCRIPT), mode, str(rank), str(world), str(port), str(out)],
                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         )  # fmt: skip
-    results = []
-    for out, p in procs:
+    # Reap every rank before judging any: a failed rank must not leave its peer running unwaited.
+    logs = []
+    for _, p in procs:
         try:
             log, _ = p.communicate(timeout=120)
         except subprocess.TimeoutExpired:
             p.kill()
             log, _ = p.communicate()
-        assert p.returncode == 0, log.decode(errors="replace")[-3000:]
-        results.append(json.loads(out.read_text()))
-    return results
+        logs.append(log.decode(errors="replace")[-3000:])
+    for rank, ((_, p), log) in enumerate(zip(procs, logs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} ({mode}) exited {p.returncode}:\n{log}"
+    return [json.loads(out.read_text()) for out, _ in procs]
 
 
 @pytest.fixture(scope="module")

@@ -425,10 +425,20 @@ class WireguardLabLayer:
             with tempfile.TemporaryDirectory(prefix="ringfence-rollout-wg-") as tmp:
                 if self.workdir is not None:
                     self.workdir.mkdir(parents=True, exist_ok=True)
-                pcap = (self.workdir or Path(tmp)) / f"wireguard-verify-{datetime.now(UTC):%Y%m%dT%H%M%S}.pcap"
-                with _Probes(lab, _ring(nodes), Path(tmp)) as probes:
-                    flows = _verify_lab.capture_flows(lab, self.verify_s, pcap, tls.lab_policy(lab))
-                marker_seen = pcap.read_bytes().count(_MARKER)
+                # Right after the tunnel comes up, a probe's SYN can be lost while the routes switch and
+                # sit in TCP back-off past a short capture; on a loaded machine the probe programs also start
+                # slowly. One more round (a fresh probe, a fresh capture) separates that from a dead tunnel.
+                for attempt in (1, 2):
+                    pcap = (self.workdir or Path(tmp)) / (
+                        f"wireguard-verify-{datetime.now(UTC):%Y%m%dT%H%M%S}-{attempt}.pcap"
+                    )
+                    round_dir = Path(tmp) / f"round-{attempt}"  # probe outputs are appended to: one dir a round
+                    round_dir.mkdir()
+                    with _Probes(lab, _ring(nodes), round_dir) as probes:
+                        flows = _verify_lab.capture_flows(lab, self.verify_s, pcap, tls.lab_policy(lab))
+                    marker_seen = pcap.read_bytes().count(_MARKER)
+                    if marker_seen or all(probes.delivered.values()):
+                        break
             peers = {n: wireguard.node_handle(lab, n).peers() for n in nodes}
             drops, no_strict = _strict(lab, nodes)
         except RingfenceError as exc:
