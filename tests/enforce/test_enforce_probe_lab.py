@@ -34,7 +34,8 @@ def enforced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Po
     with Lab.up(workers=4, jobs=2) as lab:
         policy = parse_policy(lab.policy_yaml(), "two-jobs")
         store = EvidenceStore.open(tmp_path_factory.mktemp("probe-lab") / "evidence")
-        apply_policy(policy, lab_points(lab), store, target=f"lab:{lab.name}", inventory=lab_inventory(lab))
+        apply_policy(policy, lab_points(lab), store, target=f"lab:{lab.name}", inventory=lab_inventory(lab),
+                     approved_by="cab@lab", ticket="CHG-1")
         try:
             yield lab, policy, store
         finally:
@@ -105,5 +106,6 @@ def test_probes_over_openssh_and_the_cli_facts(enforced: tuple[Lab, Policy, Evid
     assert {e["identity"] for e in egress if e["source_node"] == "storage"} == {"spiffe://lab/node/storage"}
     history = load_change_facts(changes)
     assert history[0]["action"] == "apply" and history[0]["verified"] is True
+    assert (history[0]["approved_by"], history[0]["ticket"]) == ("cab@lab", "CHG-1")
     assert json.loads(out.read_text())["target"] == f"lab:{lab.name}"
     assert main(["probe", str(tmp_path / "nope.yaml"), "--name", lab.name]) == 2

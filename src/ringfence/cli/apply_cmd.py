@@ -31,7 +31,7 @@ def _apply(args: argparse.Namespace) -> int:
     else:
         policy = load_policy(args.policy)
         version = apply_policy(policy, lab_points(lab), store, target=target, audit=args.audit,
-                               inventory=lab_inventory(lab))
+                               inventory=lab_inventory(lab), approved_by=args.approved_by, ticket=args.ticket)
     print(f"{target}: {'rolled back to' if args.rollback else 'applied'} version {version.version[:16]} "
           f"(evidence {version.evidence})", file=sys.stderr)
     sys.stdout.write(json.dumps({"target": target, "version": version.version, "previous": version.previous,
@@ -48,5 +48,7 @@ def register(sub: Any) -> None:
     p.add_argument("--name", help="the lab (optional when only one exists)")
     p.add_argument("--audit", action="store_true", help="staged: count and log would-be drops, accept them")
     p.add_argument("--rollback", action="store_true", help="restore the version applied before the current one")
+    p.add_argument("--approved-by", help="who approved this change (recorded; change control fails changes without)")
+    p.add_argument("--ticket", help="the change ticket (recorded with the version)")
     p.add_argument("--evidence", help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
     p.set_defaults(func=_apply)

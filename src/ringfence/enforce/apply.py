@@ -142,8 +142,13 @@ def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: 
 
 def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
                  audit: bool = False, inventory: Mapping[str, Sequence[str]] | None = None,
-                 collectors: tuple[str, ...] = ()) -> AppliedVersion:
-    """Check, render, commit and record ``policy`` on every scope in ``executors`` (``fabric`` + nodes)."""
+                 collectors: tuple[str, ...] = (), approved_by: str | None = None,
+                 ticket: str | None = None) -> AppliedVersion:
+    """Check, render, commit and record ``policy`` on every scope in ``executors`` (``fabric`` + nodes).
+
+    ``approved_by`` and ``ticket`` are recorded with the version: change control judges a change
+    without an approver as a failure.
+    """
     matrix = resolve(policy)
     check_policy(policy, matrix, inventory)
     missing = [n for n in enforced_nodes(matrix) if n not in executors]
@@ -157,7 +162,8 @@ def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: Evide
     prev_bundle = _bundle_from_store(store, previous["bundle"]) if previous and previous.get("bundle") else None
     _commit({s: executors[s] for s in bundle}, bundle, prev_bundle)
     return _record(store, target, bundle, previous, "apply", audit,
-                   {"policy_cluster": policy.cluster, "flows": len(matrix.flows)})
+                   {"policy_cluster": policy.cluster, "flows": len(matrix.flows), "approved_by": approved_by,
+                    "ticket": ticket})
 
 
 def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target: str) -> AppliedVersion:
