@@ -109,3 +109,32 @@ def test_probes_over_openssh_and_the_cli_facts(enforced: tuple[Lab, Policy, Evid
     assert (history[0]["approved_by"], history[0]["ticket"]) == ("cab@lab", "CHG-1")
     assert json.loads(out.read_text())["target"] == f"lab:{lab.name}"
     assert main(["probe", str(tmp_path / "nope.yaml"), "--name", lab.name]) == 2
+
+
+def test_assess_judges_both_sides_with_the_probe_facts(
+    enforced: tuple[Lab, Policy, EvidenceStore], tmp_path: Path
+) -> None:
+    """The whole loop: enforce → probe → capture → assess with the facts files: the path controls that
+    were `unknown` from a capture alone now have their denied side proven, and nothing fails."""
+    lab, _, store = enforced
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(lab.policy_yaml())
+    probes, rules, changes = tmp_path / "probes.json", tmp_path / "ruleset.json", tmp_path / "changes.json"
+    assert main(["probe", str(policy_file), "--target", "lab", "--name", lab.name, "-o", str(probes),
+                 "--store", str(store.path), "--ruleset", str(rules), "--changes", str(changes)]) == 0
+    capture = tmp_path / "enforced.pcap"
+    lab.capture(4, capture)
+    out = tmp_path / "report"
+    code = main(["assess", str(policy_file), "--captures", str(capture), "-o", str(out), "-q",
+                 "--probes", str(probes), "--ruleset", str(rules), "--changes", str(changes)])
+    report = json.loads((out / "report.json").read_text())
+    by = {c["id"]: c for c in report["controls"]}
+    for cid in ("zones", "admin_paths", "training_traffic", "egress"):
+        verdicts = {f["verdict"] for f in by[cid]["findings"]}
+        assert "fail" not in verdicts, (cid, [f["subject"] for f in by[cid]["findings"] if f["verdict"] == "fail"])
+        # the denied side is proven by the probes now, not left unknown for lack of them
+        assert not any("no probe results" in f["message"] for f in by[cid]["findings"]), cid
+        assert any(f["verdict"] == "pass" and f["subject"].startswith("probe ") for f in by[cid]["findings"]), cid
+    assert by["change_control"]["verdict"] in ("pass", "unknown")
+    # Plaintext is still on the wire (no encryption layer in this lab): the encryption control fails.
+    assert by["encryption_keys"]["verdict"] == "fail" and code == 1
