@@ -54,6 +54,11 @@ def ct_state(*states: str) -> Json:
     return match({"ct": {"key": "state"}}, list(states), "in")
 
 
+def ct_original(key: str) -> Json:
+    """``ct original <key>``: the connection's field as the client sent it, before any local NAT."""
+    return {"ct": {"key": key, "dir": "original"}}
+
+
 def l4_ports() -> Json:
     """``meta l4proto { tcp, udp }``: the packets whose transport header has ports."""
     return match(meta("l4proto"), {"set": ["tcp", "udp"]})

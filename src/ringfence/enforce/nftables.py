@@ -86,14 +86,24 @@ def _add_selector_sets(t: _Table, selectors: Iterable[Selector], seen: set[str])
         t.objects.append(nj.add(nj.addr_set(t.family, TABLE, sel.key, elems, interval=bool(sel.cidrs))))
 
 
-def _flow_rules(flow: ResolvedFlow, peer: nj.Json, peer_set: str) -> list[tuple[list[nj.Json], str]]:
-    """Rule bodies accepting ``flow``'s new connections, the peer address matched against ``peer_set``."""
+def _flow_rules(flow: ResolvedFlow, peer: nj.Json, peer_set: str, *, original_port: bool = False,
+                ) -> list[tuple[list[nj.Json], str]]:
+    """Rule bodies accepting ``flow``'s new connections, the peer address matched against ``peer_set``.
+
+    ``original_port`` (node rulesets): the port is matched as the client sent it (conntrack's original
+    direction), not as the packet reads after prerouting — a node-local redirect (a TLS sidecar, a
+    service mesh) turns ``dport 8080`` into its own port before the input hook and must not turn an
+    approved flow into a drop. Without NAT the two are the same port. The fabric does no NAT, and the
+    bridge family has no conntrack on every kernel, so it matches the header.
+    """
     lo, hi = flow.ports
-    return [
-        ([nj.match(peer, f"@{peer_set}"), nj.match(nj.payload(proto, "dport"), nj.ports(lo, hi)), nj.counter(),
-          nj.verdict("accept")], f"flow {flow.id} ({flow.traffic_class})")
-        for proto in flow.protos
-    ]
+    rules = []
+    for proto in flow.protos:
+        port = ([nj.match(nj.meta("l4proto"), proto), nj.match(nj.ct_original("proto-dst"), nj.ports(lo, hi))]
+                if original_port else [nj.match(nj.payload(proto, "dport"), nj.ports(lo, hi))])
+        rules.append(([nj.match(peer, f"@{peer_set}"), *port, nj.counter(), nj.verdict("accept")],
+                      f"flow {flow.id} ({flow.traffic_class})"))
+    return rules
 
 
 def _common_objects(t: _Table, options: RenderOptions) -> None:
@@ -142,8 +152,11 @@ def render_node(matrix: Matrix, node: str, options: RenderOptions = DEFAULT_OPTI
         t.rule(chain_name, [nj.ct_state("established", "related"), nj.verdict("accept")], "replies")
         flows = inbound if chain_name == "input" else outbound
         for f in flows:
-            peer, peer_set = (_saddr(), f.source.key) if chain_name == "input" else (_daddr(), f.destination.key)
-            for expr, comment in _flow_rules(f, peer, peer_set):
+            # The peer and port as the client sent them (see _flow_rules): an output-hook redirect to a local
+            # sidecar rewrites the destination before this chain sees it, and must not hide an approved flow.
+            peer, peer_set = ((nj.ct_original("ip saddr"), f.source.key) if chain_name == "input"
+                              else (nj.ct_original("ip daddr"), f.destination.key))
+            for expr, comment in _flow_rules(f, peer, peer_set, original_port=True):
                 t.rule(chain_name, expr, comment)
         _deny_rules(t, chain_name, node, options)
     return {"nftables": [*_prologue("inet"), *t.objects, *t.rules]}

@@ -23,6 +23,8 @@ _PROBE_PY = r"""
 import json, socket, sys, threading
 def probe(a):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if a.get("mark"):
+        s.setsockopt(socket.SOL_SOCKET, 36, a["mark"])  # SO_MARK
     s.bind(("0.0.0.0", 0))
     out = {"sport": s.getsockname()[1], "app": None, "detail": ""}
     s.settimeout(a["timeout"])
@@ -105,6 +107,7 @@ class ProbeTarget:
     host: str
     port: int
     app: str = ""
+    mark: int = 0  # SO_MARK of the probe's socket (deny probes: bypass node-local proxies)
 
 
 def tcp_probes(executor: Executor, targets: Sequence[ProbeTarget], *, timeout: float = 2.0) -> list[RawProbe]:
@@ -116,7 +119,8 @@ def tcp_probes(executor: Executor, targets: Sequence[ProbeTarget], *, timeout: f
     """
     if not targets:
         return []
-    args = json.dumps([{"host": t.host, "port": t.port, "timeout": timeout, "app": t.app} for t in targets])
+    args = json.dumps([{"host": t.host, "port": t.port, "timeout": timeout, "app": t.app, "mark": t.mark}
+                       for t in targets])
     res = executor.run(["python3", "-c", _PROBE_PY, args], timeout=timeout * 2 + 30)
     failed = ""
     if res.returncode != 0 or res.timed_out:

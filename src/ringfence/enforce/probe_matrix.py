@@ -38,6 +38,7 @@ from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.nftrun import NftError
 from ringfence.enforce.probe import ProbeTarget, RawProbe, tcp_probes
 from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy
 from ringfence.targets.interface import Executor
 
@@ -56,7 +57,11 @@ for t in ("/proc/net/tcp", "/proc/net/tcp6"):
     for r in rows:
         f = r.split()
         if len(f) > 3 and f[3] == "0A":
-            ports.add(int(f[1].rsplit(":", 1)[1], 16))
+            addr, port = f[1].rsplit(":", 1)
+            # a socket bound to loopback (a local proxy's listener) cannot be reached from another node
+            if addr in ("0100007F", "00000000000000000000000001000000"):
+                continue
+            ports.add(int(port, 16))
 print(json.dumps(sorted(ports)))
 """
 
@@ -296,7 +301,11 @@ def _run_batches(plan: Sequence[ProbeSpec], executors: Mapping[str, Executor], t
         ex = executors.get(src)
         if ex is None:
             return [(i, RawProbe("error", 0, None, f"no executor reaches {src}")) for i in idx]
-        raws = tcp_probes(ex, [ProbeTarget(plan[i].host, plan[i].port, plan[i].app) for i in idx], timeout=timeout)
+        # A deny probe bypasses node-local proxies (a TLS sidecar's redirect would accept it on loopback and
+        # look like an open path); an allow probe takes the path real clients take, proxies included.
+        raws = tcp_probes(ex, [ProbeTarget(plan[i].host, plan[i].port, plan[i].app,
+                                           LOCAL_PROXY_BYPASS if plan[i].expected == "deny" else 0) for i in idx],
+                          timeout=timeout)
         progress(f"probed {len(idx)} path(s) from {src}")
         return list(zip(idx, raws, strict=True))
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
+from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy, TrafficClass, parse_policy
 from ringfence.policy.model import Layer
 from ringfence.secure import pki
@@ -38,7 +39,7 @@ from ringfence.secure.layers._state import NftTable, StateStore
 from ringfence.secure.layers.interface import LayerError, LayerScope, Reach, Transport
 
 #: Firewall mark of the sidecars' own sockets, so their connections are not redirected to themselves.
-MESH_MARK = 0x5246
+MESH_MARK = LOCAL_PROXY_BYPASS
 #: Where a node's plaintext clients are redirected to (loopback only).
 OUTBOUND_PORT = 15001
 _TABLE = "rf_tls"

@@ -19,6 +19,7 @@ wrong), collective traffic stops; it never falls back to plaintext.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
@@ -184,6 +186,59 @@ def _strict_ruleset(ifname: str, peers: list[str]) -> str:
     )
 
 
+def _covers_tunnel_port(expr: list[dict[str, Any]]) -> bool:
+    """Whether an accept rule's matches admit UDP to LISTEN_PORT (no protocol match admits any)."""
+    protos: set[Any] = set()
+    ports: list[Any] = []
+    for e in expr:
+        m = e.get("match") if isinstance(e, dict) else None
+        if not isinstance(m, dict):
+            continue
+        left, right = m.get("left"), m.get("right")
+        if left == {"meta": {"key": "l4proto"}}:
+            protos.add(right)
+        elif isinstance(left, dict) and (
+            left.get("ct", {}).get("key") == "proto-dst" or left.get("payload", {}).get("field") == "dport"
+        ):
+            ports.append(right)
+            if "payload" in left:
+                protos.add(left["payload"].get("protocol"))
+    if protos and "udp" not in protos:
+        return False
+    for r in ports:
+        lo, hi = (r["range"] if isinstance(r, dict) and "range" in r else (r, r))
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo <= LISTEN_PORT <= hi):
+            return False
+    return True
+
+
+def _enforcement_blocks_tunnel(lab: Lab, node: str) -> bool:
+    """True when ringfence's own enforcement table is loaded on ``node`` and no accept rule of its output
+    chain admits the tunnel's UDP port: enabling WireGuard then would black-hole the collective."""
+    res = lab.executor(node).run(["nft", "-j", "list", "table", "inet", "ringfence"], timeout=15)
+    if res.returncode != 0:
+        return False  # no enforcement table on this node: nothing of ours can block the tunnel
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError as exc:
+        raise LayerError(f"{node}: unreadable nft ruleset: {exc}") from exc
+    for item in doc.get("nftables", []):
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict) or rule.get("chain") != "output":
+            continue
+        expr = rule.get("expr", [])
+        if any(isinstance(e, dict) and "accept" in e for e in expr) and not any(
+            isinstance(e, dict) and "match" in e and e["match"].get("left") == {"meta": {"key": "oifname"}}
+            for e in expr
+        ) and _covers_tunnel_port(expr):
+            has_ct_state = any(
+                isinstance(e, dict) and e.get("match", {}).get("left") == {"ct": {"key": "state"}} for e in expr
+            )
+            if not has_ct_state:
+                return False
+    return True
+
+
 def enable_lab_wireguard(
     lab: Lab, nodes: Iterable[str], *, strict: bool = True, evidence: EvidenceStore | None = None
 ) -> WgEnabled:
@@ -194,6 +249,14 @@ def enable_lab_wireguard(
     store = StateStore(lab.name)
     if store.read().nodes.get(Layer.WIREGUARD.value):
         raise LayerError(f"WireGuard is already enabled in lab {lab.name}", hint="disable it first")
+    blocked = [n for n in chosen if _enforcement_blocks_tunnel(lab, n)]
+    if blocked:
+        raise LayerError(
+            f"ringfence enforcement on {', '.join(blocked)} does not approve the tunnel itself "
+            f"(udp/{LISTEN_PORT} between the nodes): WireGuard would carry nothing and the job would stall",
+            hint=f"approve it first, e.g. {{id: <job>-wireguard, from: {{job: <job>}}, to: {{job: <job>}}, "
+            f"proto: udp, ports: '{LISTEN_PORT}-{LISTEN_PORT + 1}', class: collective}}, then `ringfence apply`",
+        )
     wnodes = {n: Node(lab, store, n) for n in chosen}
     keys = {n: genkey(w.directory) for n, w in wnodes.items()}
     try:
