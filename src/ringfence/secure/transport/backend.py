@@ -8,6 +8,7 @@ before receiving). CPU tensors only.
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -89,7 +90,9 @@ def _op_kind(op: Any) -> str:
     raise TransportError(f"the ringfence backend does not support reduce op {op}")
 
 
+@functools.cache
 def _reducer(dtype: torch.dtype, kind: str) -> Reducer:
+    # cached: small all-reduces are dominated by per-call overhead (a few dozen dtype × op pairs at most)
     return make_reducer(str(dtype).removeprefix("torch."), kind)
 
 

@@ -6,7 +6,8 @@ so the protocol and its failure modes are tested without starting torch.
 Parallelism: the calling thread receives, decrypts and reduces; one sender thread per group seals
 and sends. Socket calls release the GIL and AES-GCM calls hold it, so with a spare core the kernel
 copy of chunk k runs while chunk k+1 is sealed; each send waits only for the one received chunk it
-forwards (a per-chunk dependency), which pipelines the ring across steps.
+forwards (a per-chunk dependency), which pipelines the ring across steps. Schedules of small records
+(at most ``_INLINE_MAX`` bytes each) skip the sender thread and run on the calling thread alone.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ Reducer = Callable[[memoryview, memoryview], None]
 _MIN_PIPELINE_CHUNK = 1 << 20
 _MAX_PIPELINE_DEPTH = 8
 _GRACE = 0.5  # seconds a broken-pipe error waits for a more specific one from the receiving side
+# Schedules whose every record carries at most this much run on the calling thread alone: for small
+# messages the hand-offs to and from the sender thread (two or three thread wake-ups per collective)
+# cost more than the overlap they buy. Safe from deadlock because in every schedule here a rank has at
+# most one unread record per link outstanding when it blocks in a send (a ring step's send waits for
+# the previous step's receive), and one record of this size fits in the kernel's socket buffers
+# (Linux: ≥ 64 KiB receive window plus the send buffer) without the peer reading.
+_INLINE_MAX = 32 << 10
 
 
 class Store(Protocol):
@@ -216,6 +224,7 @@ class Group:
             _SAVED_SWITCH.setdefault("interval", sys.getswitchinterval())
             sys.setswitchinterval(config.switch_interval)
         self._sender = _Sender(self)
+        self._last_job: _Job | None = None  # the newest job handed to the sender thread
         self._sender.start()
         _LIVE.add(self)
 
@@ -298,42 +307,78 @@ class Group:
     def run(self, sends: Sequence[Send], recvs: Sequence[Recv], reducer: Reducer | None = None) -> None:
         """Execute one schedule; any failure aborts the group on every rank (fail closed)."""
         self._check()
-        job = _Job(sends)
-        if sends:
+        # Inline only when the sender thread is idle: its queued records (a point-to-point send) must
+        # reach the link before this schedule's, and records of one link are never sent concurrently.
+        last = self._last_job
+        inline = (last is None or last.finished.is_set()) and all(len(s.src) <= _INLINE_MAX for s in sends)
+        job = None
+        if sends and not inline:
+            job = _Job(sends)
+            self._last_job = job
             self._sender.jobs.put(job)
-        else:
-            job.finished.set()
         try:
-            for i, r in enumerate(recvs):
-                link = self.links[r.peer]
-                if r.reduce:
-                    if reducer is None:
-                        raise TransportError("a reducing schedule needs a reducer")
-                    tmp = self._scratch[: len(r.dst)]
-                    link.recv_into(tmp)
-                    reducer(r.dst, tmp)
-                else:
-                    link.recv_into(r.dst)
-                job.done = i + 1
-                with job.cond:
-                    job.cond.notify()
-            while not job.finished.wait(1.0):
-                self._check()
+            if inline:
+                self._run_inline(sends, recvs, reducer)
+            else:
+                self._receive(recvs, reducer, job)
+                while job is not None and not job.finished.wait(1.0):
+                    self._check()
         except BaseException as exc:  # fail closed on anything, a KeyboardInterrupt included
             err = exc if isinstance(exc, TransportError) else _internal(self.rank, exc)
             self.abort(err)
-            with job.cond:
-                job.cond.notify_all()
+            if job is not None:
+                with job.cond:
+                    job.cond.notify_all()
             if not isinstance(exc, Exception):
                 raise
             raise (self.failure or err) from (None if exc is err else exc)
-        if job.error is not None:
+        if job is not None and job.error is not None:
             raise job.error
+
+    def _receive_one(self, r: Recv, reducer: Reducer | None) -> None:
+        link = self.links[r.peer]
+        if r.reduce:
+            if reducer is None:
+                raise TransportError("a reducing schedule needs a reducer")
+            tmp = self._scratch[: len(r.dst)]
+            link.recv_into(tmp)
+            reducer(r.dst, tmp)
+        else:
+            link.recv_into(r.dst)
+
+    def _receive(self, recvs: Sequence[Recv], reducer: Reducer | None, job: _Job | None) -> None:
+        """The calling thread's half of a threaded schedule: receive, and release the sends waiting on it."""
+        for i, r in enumerate(recvs):
+            self._receive_one(r, reducer)
+            if job is not None:
+                job.done = i + 1
+                with job.cond:
+                    job.cond.notify()
+
+    def _run_inline(self, sends: Sequence[Send], recvs: Sequence[Recv], reducer: Reducer | None) -> None:
+        """Run a small schedule on this thread: each send as soon as the receives it waits for are done."""
+        si, ns = 0, len(sends)
+        for i in range(len(recvs) + 1):
+            while si < ns and sends[si].after <= i:
+                s = sends[si]
+                link = self.links.get(s.peer)
+                if link is None or self.failure is not None:
+                    self._check()
+                    raise TransportError(f"no link to rank {s.peer} (the group is closed)", peer=s.peer)
+                try:
+                    link.send(s.src)
+                except LinkBroken as exc:
+                    # as the sender thread does: the peer's own reason, when it sent one, says more
+                    raise link.abort_notice(_GRACE) or exc from None
+                si += 1
+            if i < len(recvs):
+                self._receive_one(recvs[i], reducer)
 
     def send_async(self, peer: int, parts: Sequence[memoryview], done: Callable[[TransportError | None], None]) -> None:
         """Queue point-to-point records to ``peer``; ``done`` is called from the sender thread."""
         self._check()
         job = _Job([Send(peer, p) for p in parts], on_done=done)
+        self._last_job = job
         self._sender.jobs.put(job)
 
     def chunks_of(self, buf: memoryview) -> list[memoryview]:

@@ -7,6 +7,7 @@ naming the peer here.
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 
 from ringfence.secure.transport.wire import (
@@ -42,6 +43,36 @@ def recv_exact(sock: socket.socket, out: memoryview, *, peer: int, what: str) ->
                 f"truncated record from rank {peer}: the stream ended after {got} of {n} bytes of {what}", peer=peer
             )
         got += k
+
+
+def recv_header(sock: socket.socket, buf: memoryview, *, peer: int) -> int:
+    """Read at least a record header into ``buf`` and at most ``len(buf)`` bytes; returns how many arrived.
+
+    Reading past the header in the same call saves the second system call per record when the whole
+    record is already in the kernel. ``buf`` must be no longer than the record the caller expects, so
+    that a well-formed stream is never read past that record; anything else is refused once the
+    header is parsed, and the group aborts.
+    """
+    got = 0
+    while got < HEADER_SIZE:
+        try:
+            k = sock.recv_into(buf[got:])
+        except (TimeoutError, BlockingIOError):  # BlockingIOError: SO_RCVTIMEO expired
+            raise TransportError(f"timed out waiting for a record header from rank {peer}", peer=peer) from None
+        except OSError as exc:
+            raise _broken(peer, exc) from exc
+        if k == 0:
+            if got == 0:
+                raise RecordError(
+                    f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
+                )
+            raise RecordError(
+                f"truncated record from rank {peer}: the stream ended after {got} of {HEADER_SIZE} bytes of a "
+                "record header",
+                peer=peer,
+            )
+        got += k
+    return got
 
 
 def send_all(sock: socket.socket, data: memoryview | bytes, *, peer: int) -> None:
@@ -110,8 +141,8 @@ class Link:
         self.tx_lock = threading.Lock()
         self._txbuf = bytearray(HEADER_SIZE + max_chunk + TAG_SIZE)
         self._tx = memoryview(self._txbuf)
-        self._hdr = bytearray(HEADER_SIZE)
-        self._rxbuf = bytearray(max_chunk + TAG_SIZE)
+        # one received record, header included: header and body usually arrive in one recv_into
+        self._rxbuf = bytearray(HEADER_SIZE + max_chunk + TAG_SIZE)
         self._rx = memoryview(self._rxbuf)
         self.max_chunk = max_chunk
 
@@ -123,11 +154,12 @@ class Link:
 
     def recv_into(self, out: memoryview) -> None:
         """Receive the next DATA record, which must carry exactly ``len(out)`` bytes, into ``out``."""
-        hdr = memoryview(self._hdr)
-        recv_exact(self.sock, hdr, peer=self.peer, what="a record header")
-        kind, epoch, seq, length = unpack_header(hdr, peer=self.peer)
+        want = HEADER_SIZE + len(out) + TAG_SIZE
+        buf = self._rx
+        got = recv_header(self.sock, buf[:want], peer=self.peer)
+        kind, epoch, seq, length = unpack_header(buf[:HEADER_SIZE], peer=self.peer)
         if kind is RecordType.ABORT:
-            self._raise_abort(epoch, seq, length)
+            raise self._abort_reason(epoch, seq, length, got)
         if kind is not RecordType.DATA:
             raise RecordError(
                 f"unexpected {kind.name} record from rank {self.peer} during a collective", peer=self.peer
@@ -139,35 +171,66 @@ class Link:
                 peer=self.peer,
             )
         self.rx.check(epoch, seq, peer=self.peer)
-        body = self._rx[:length]
-        recv_exact(self.sock, body, peer=self.peer, what="a record body")
-        self.rx.open_into(bytes(hdr), epoch, seq, body, out, peer=self.peer)
+        if got < want:
+            recv_exact(self.sock, buf[got:want], peer=self.peer, what="a record body")
+        self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:want], out, peer=self.peer)
 
     def recv_record(self, rtype: RecordType) -> bytes:
         """Receive the next protected record of type ``rtype`` (small control messages)."""
-        hdr = memoryview(self._hdr)
-        recv_exact(self.sock, hdr, peer=self.peer, what="a record header")
-        kind, epoch, seq, length = unpack_header(hdr, peer=self.peer)
+        buf = self._rx
+        got = recv_header(self.sock, buf[:HEADER_SIZE], peer=self.peer)
+        kind, epoch, seq, length = unpack_header(buf[:HEADER_SIZE], peer=self.peer)
         if kind is RecordType.ABORT:
-            self._raise_abort(epoch, seq, length)
-        if kind is not rtype or length < TAG_SIZE or length > len(self._rxbuf):
+            raise self._abort_reason(epoch, seq, length, got)
+        if kind is not rtype or length < TAG_SIZE or HEADER_SIZE + length > len(buf):
             raise RecordError(f"unexpected {kind.name} record of {length} bytes from rank {self.peer}", peer=self.peer)
         self.rx.check(epoch, seq, peer=self.peer)
-        body = self._rx[:length]
-        recv_exact(self.sock, body, peer=self.peer, what="a record body")
+        end = HEADER_SIZE + length
+        recv_exact(self.sock, buf[HEADER_SIZE:end], peer=self.peer, what="a record body")
         out = bytearray(length - TAG_SIZE)
-        self.rx.open_into(bytes(hdr), epoch, seq, body, memoryview(out), peer=self.peer)
+        self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:end], memoryview(out), peer=self.peer)
         return bytes(out)
 
-    def _raise_abort(self, epoch: int, seq: int, length: int) -> None:
+    def abort_notice(self, grace: float) -> TransportError | None:
+        """After a send found the connection closed: the peer's ABORT notice, if it sent one first.
+
+        Reads what is left on the connection for at most ``grace`` seconds per read: DATA records the
+        peer sent before aborting are verified and discarded, an ABORT record gives its reason. Anything
+        else (nothing within ``grace``, a closed stream, a bad record) gives None. The group is aborted
+        and this link closed right after, so consuming records here changes nothing a collective sees.
+        """
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, int(grace * 1e6)))
+            buf = self._rx
+            for _ in range(64):
+                got = recv_header(self.sock, buf[:HEADER_SIZE], peer=self.peer)
+                kind, epoch, seq, length = unpack_header(buf[:HEADER_SIZE], peer=self.peer)
+                if kind is RecordType.ABORT:
+                    return self._abort_reason(epoch, seq, length, got)
+                if kind is not RecordType.DATA or length < TAG_SIZE or HEADER_SIZE + length > len(buf):
+                    return None
+                self.rx.check(epoch, seq, peer=self.peer)
+                end = HEADER_SIZE + length
+                recv_exact(self.sock, buf[HEADER_SIZE:end], peer=self.peer, what="a record body")
+                discard = memoryview(bytearray(length - TAG_SIZE))
+                self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:end], discard, peer=self.peer)
+        except (OSError, TransportError):
+            return None  # the connection says nothing more: the caller's own error stands
+        return None
+
+    def _abort_reason(self, epoch: int, seq: int, length: int, got: int) -> TransportError:
+        """The header in ``_rx`` is an ABORT record's; ``got`` bytes of the record were read already."""
         if length < TAG_SIZE or length > 4096 + TAG_SIZE:
             raise RecordError(f"malformed ABORT record from rank {self.peer}", peer=self.peer)
         self.rx.check(epoch, seq, peer=self.peer)
-        body = self._rx[:length]
-        recv_exact(self.sock, body, peer=self.peer, what="an abort notice")
+        end = HEADER_SIZE + length
+        buf = self._rx
+        if got < end:
+            recv_exact(self.sock, buf[got:end], peer=self.peer, what="an abort notice")
         out = bytearray(length - TAG_SIZE)
-        self.rx.open_into(bytes(self._hdr), epoch, seq, body, memoryview(out), peer=self.peer)
-        raise TransportError(f"rank {self.peer} aborted the collective: {out.decode(errors='replace')}", peer=self.peer)
+        self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:end], memoryview(out), peer=self.peer)
+        reason = out.decode(errors="replace")
+        return TransportError(f"rank {self.peer} aborted the collective: {reason}", peer=self.peer)
 
     def notify_abort(self, reason: str) -> None:
         """Best effort: tell the peer why we abort (skipped if a send is in flight on this link)."""
@@ -192,4 +255,4 @@ class Link:
         self.sock.close()
 
 
-__all__ = ["Link", "recv_exact", "recv_plain", "send_all", "send_plain"]
+__all__ = ["Link", "recv_exact", "recv_header", "recv_plain", "send_all", "send_plain"]
