@@ -76,6 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
+    if args.backend == "ringfence":
+        # ringfence's own encrypted backend needs no --plugin: importing its transport registers it.
+        importlib.import_module("ringfence.secure.transport")
     for plugin in args.plugin:
         _load_plugin(plugin)
     dtype = getattr(torch, args.dtype)
