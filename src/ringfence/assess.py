@@ -122,7 +122,7 @@ def _finding_record(f: Finding) -> NewRecord:
         source=f"control:{f.control}",
         subject=f.subject,
         data={"verdict": f.verdict.value, "message": f.message, "evidence": list(f.evidence),
-              "remediation": f.remediation},
+              "remediation": f.remediation, "volume": list(f.volume) if f.volume else None},
     )
 
 

@@ -154,6 +154,7 @@ def failing(
     message: str,
     keys: Iterable[str],
     evidence: tuple[str, ...] = (),
+    volume: tuple[int, int] | None = None,
 ) -> Finding:
     """A failing finding — unless an active exception covers it (then ``exempt``, naming owner and
     expiry); an expired exception is named in the failure."""
@@ -161,11 +162,12 @@ def failing(
     if match is not None and match.active:
         reason = match.entry.reason
         return Finding(
-            meta.id, Verdict.EXEMPT, subject, f"{message}; exempt under {match.describe()}: {reason}", evidence
+            meta.id, Verdict.EXEMPT, subject, f"{message}; exempt under {match.describe()}: {reason}", evidence,
+            volume=volume,
         )
     if match is not None:
         message = f"{message}; {match.describe()} no longer covers it"
-    return Finding(meta.id, Verdict.FAIL, subject, message, evidence, remediation_text(meta))
+    return Finding(meta.id, Verdict.FAIL, subject, message, evidence, remediation_text(meta), volume)
 
 
 # --- many findings ------------------------------------------------------------------------------

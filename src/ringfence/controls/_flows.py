@@ -105,7 +105,8 @@ def flow_failures(
     out = [
         _unanswered(meta, r, message(r), facts)
         if _is_unanswered(r)
-        else failing(meta, policy, facts, flow_subject(r), message(r), flow_keys(r), facts.flow_evidence)
+        else failing(meta, policy, facts, flow_subject(r), message(r), flow_keys(r), facts.flow_evidence,
+                     _volume(r))
         for r in rows
     ]
     rest = table.slice(LIST_CAP)
@@ -132,6 +133,10 @@ def flow_failures(
     return out
 
 
+def _volume(row: Mapping[str, Any]) -> tuple[int, int]:
+    return int(row.get("records") or 0), int(row.get("bytes") or 0)
+
+
 def _is_unanswered(row: Mapping[str, Any]) -> bool:
     return row.get("proto") == 6 and row.get("reply_packets") == 0
 
@@ -144,6 +149,7 @@ def _unanswered(meta: ControlMeta, row: Mapping[str, Any], message: str, facts: 
         f"attempted, never answered (no packet came back: no connection, no data delivered) — {message}; "
         f"likely dropped, but only a probe proves a drop by policy: {GATHER['probes']}",
         facts.flow_evidence,
+        volume=_volume(row),
     )
 
 

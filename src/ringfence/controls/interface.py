@@ -36,6 +36,7 @@ class Finding:
     message: str
     evidence: tuple[str, ...] = ()  # evidence-store ids
     remediation: str = ""
+    volume: tuple[int, int] | None = None  # (records, bytes) behind a flow finding, exact; None if not a count
 
 
 @dataclass(frozen=True)

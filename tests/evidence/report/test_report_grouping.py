@@ -107,3 +107,14 @@ def test_every_finding_lands_in_exactly_one_group(findings: list[Finding]) -> No
     assert Counter(f for g in groups for f in g.findings) == Counter(findings)
     for g in groups:
         assert {f.verdict for f in g.findings} == {g.verdict} and g.count >= 1
+
+
+def test_exact_volumes_from_the_controls_are_summed_exactly() -> None:
+    subj = "flow 10.77.1.{}:4000{} → 10.77.2.10:8080 (storage)"
+    msg = "plaintext payload on class storage: 1 record, 1.5 kB readable on the wire"
+    exact = [Finding("encryption_keys", Verdict.FAIL, subj.format(i, i), msg, volume=(1, 1499 + i)) for i in range(3)]
+    (group,) = group_findings(exact)
+    assert (group.records, group.bytes, group.exact) == (3, 1499 * 3 + 3, True)
+    # Without the controls' counts the rounded message text is all there is: summed, but marked approximate.
+    (approx,) = group_findings([Finding(f.control, f.verdict, f.subject, f.message) for f in exact])
+    assert (approx.bytes, approx.exact) == (4500, False)

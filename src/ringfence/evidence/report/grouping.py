@@ -45,8 +45,9 @@ class FindingGroup:
     message: str  # the text every finding's message starts with, or the first message when they differ
     messages_differ: bool  # True when ``message`` is only a shared prefix (or an example)
     findings: tuple[Finding, ...]
-    records: int | None  # summed from the messages' volume text; None unless every message states one
-    bytes: int | None  # likewise (approximate: a sum of rounded figures)
+    records: int | None  # summed over the findings; None unless every finding states a volume
+    bytes: int | None  # likewise
+    exact: bool  # every volume came from the control's own counts, not from rounded message text
     evidence: tuple[str, ...]  # distinct evidence ids, in first-seen order
     remediation: str
 
@@ -111,7 +112,8 @@ def _group(members: list[Finding]) -> FindingGroup:
             fm = _FLOW_SUBJECT.match(f.subject)
             host = fm.group("src") if fm is not None else f.subject
             sources[host] = sources.get(host, 0) + 1
-    volumes = [parse_volume(f.message) for f in members]
+    # The exact (records, bytes) a control attached; the rounded figures of the message text otherwise.
+    volumes = [f.volume if f.volume is not None else parse_volume(f.message) for f in members]
     complete = [v for v in volumes if v is not None]
     whole = len(complete) == len(volumes)
     message, differ = common_message([f.message for f in members])
@@ -124,6 +126,7 @@ def _group(members: list[Finding]) -> FindingGroup:
         findings=tuple(members),
         records=sum(r for r, _ in complete) if whole else None,
         bytes=sum(b for _, b in complete) if whole else None,
+        exact=all(f.volume is not None for f in members),
         evidence=tuple(dict.fromkeys(ev for f in members for ev in f.evidence)),
         remediation=first.remediation,
     )

@@ -132,7 +132,9 @@ def _pct(part: int, whole: int) -> str:
 
 
 def _approx_bytes(g: FindingGroup) -> str:
-    return "—" if g.bytes is None else f"≈ {human_bytes(g.bytes)}"
+    if g.bytes is None:
+        return "—"
+    return human_bytes(g.bytes) if g.exact else f"≈ {human_bytes(g.bytes)}"
 
 
 def _evidence_ids(ids: Sequence[str]) -> str:

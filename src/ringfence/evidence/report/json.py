@@ -17,13 +17,16 @@ FORMAT_VERSION: Final = 1
 
 
 def _finding(f: Finding) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "verdict": f.verdict.value,
         "subject": f.subject,
         "message": f.message,
         "evidence": list(f.evidence),
         "remediation": f.remediation,
     }
+    if f.volume is not None:  # the exact flow records and IP bytes behind a flow finding
+        out["records"], out["bytes"] = f.volume
+    return out
 
 
 def _control(c: ControlResult) -> dict[str, Any]:

@@ -118,7 +118,7 @@ def _failures(a: Assessment, console: Console) -> None:
             if g.flow_group:
                 what.append(f": {g.count} flow{'s' if g.count != 1 else ''}")
                 if g.bytes is not None:
-                    what.append(f", ≈{human_bytes(g.bytes)}")
+                    what.append(f", {'' if g.exact else '≈'}{human_bytes(g.bytes)}")
                 srcs = [h for h, _ in g.sources]
                 what.append(_t(f" from {', '.join(srcs[:3])}" + (f" +{len(srcs) - 3} more" if len(srcs) > 3 else "")))
             elif g.count > 1:
