@@ -286,7 +286,56 @@ class NftablesRenderer:
         return RenderResult("nftables", tuple(files), tuple(encryption_notes("nftables", policy)), totals)
 
 
+def _rule_admits(expr: list[Any], proto: str, port: int) -> bool:
+    """Whether one rule's matches admit ``proto``/``port`` (no protocol match admits any protocol)."""
+    protos: set[Any] = set()
+    ports: list[Any] = []
+    for e in expr:
+        m = e.get("match") if isinstance(e, dict) else None
+        if not isinstance(m, dict):
+            continue
+        left, right = m.get("left"), m.get("right")
+        if left == {"meta": {"key": "l4proto"}}:
+            protos.add(right)
+        elif isinstance(left, dict) and (
+            left.get("ct", {}).get("key") == "proto-dst" or left.get("payload", {}).get("field") == "dport"
+        ):
+            ports.append(right)
+            if "payload" in left:
+                protos.add(left["payload"].get("protocol"))
+    if protos and proto not in protos:
+        return False
+    for r in ports:
+        lo, hi = r["range"] if isinstance(r, dict) and "range" in r else (r, r)
+        if not (isinstance(lo, int) and isinstance(hi, int) and lo <= port <= hi):
+            return False
+    return True
+
+
+def admits_outbound(doc: dict[str, Any], proto: str, port: int) -> bool | None:
+    """Whether a node ruleset listed from the kernel (``nft -j list table inet ringfence``) lets a new
+    ``proto`` connection to ``port`` out: an accept rule of its ``output`` chain that is neither the
+    loopback nor the established-replies rule and admits them. None when no ruleset of ours is loaded."""
+    rules = [i["rule"] for i in doc.get("nftables", []) if isinstance(i, dict) and isinstance(i.get("rule"), dict)]
+    if not rules:
+        return None
+    for rule in rules:
+        if rule.get("chain") != "output":
+            continue
+        expr = rule.get("expr", [])
+        lefts = [e["match"].get("left") for e in expr if isinstance(e, dict) and isinstance(e.get("match"), dict)]
+        if (
+            any(isinstance(e, dict) and "accept" in e for e in expr)
+            and {"meta": {"key": "oifname"}} not in lefts
+            and {"ct": {"key": "state"}} not in lefts
+            and _rule_admits(expr, proto, port)
+        ):
+            return True
+    return False
+
+
 __all__ = [
+    "admits_outbound",
     "DENIED_SIZE",
     "TABLE",
     "NftablesRenderer",

@@ -19,7 +19,6 @@ wrong), collective traffic stops; it never falls back to plaintext.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,8 +26,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ringfence.enforce import nftables, nftrun
+from ringfence.enforce.interface import EnforceError
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
 from ringfence.policy.model import Layer
@@ -186,57 +186,14 @@ def _strict_ruleset(ifname: str, peers: list[str]) -> str:
     )
 
 
-def _covers_tunnel_port(expr: list[dict[str, Any]]) -> bool:
-    """Whether an accept rule's matches admit UDP to LISTEN_PORT (no protocol match admits any)."""
-    protos: set[Any] = set()
-    ports: list[Any] = []
-    for e in expr:
-        m = e.get("match") if isinstance(e, dict) else None
-        if not isinstance(m, dict):
-            continue
-        left, right = m.get("left"), m.get("right")
-        if left == {"meta": {"key": "l4proto"}}:
-            protos.add(right)
-        elif isinstance(left, dict) and (
-            left.get("ct", {}).get("key") == "proto-dst" or left.get("payload", {}).get("field") == "dport"
-        ):
-            ports.append(right)
-            if "payload" in left:
-                protos.add(left["payload"].get("protocol"))
-    if protos and "udp" not in protos:
-        return False
-    for r in ports:
-        lo, hi = (r["range"] if isinstance(r, dict) and "range" in r else (r, r))
-        if not (isinstance(lo, int) and isinstance(hi, int) and lo <= LISTEN_PORT <= hi):
-            return False
-    return True
-
-
 def _enforcement_blocks_tunnel(lab: Lab, node: str) -> bool:
-    """True when ringfence's own enforcement table is loaded on ``node`` and no accept rule of its output
-    chain admits the tunnel's UDP port: enabling WireGuard then would black-hole the collective."""
-    res = lab.executor(node).run(["nft", "-j", "list", "table", "inet", "ringfence"], timeout=15)
-    if res.returncode != 0:
-        return False  # no enforcement table on this node: nothing of ours can block the tunnel
+    """True when ringfence's own enforcement table is loaded on ``node`` and does not admit the tunnel's
+    UDP port outbound: enabling WireGuard then would black-hole the collective."""
     try:
-        doc = json.loads(res.stdout)
-    except ValueError as exc:
-        raise LayerError(f"{node}: unreadable nft ruleset: {exc}") from exc
-    for item in doc.get("nftables", []):
-        rule = item.get("rule") if isinstance(item, dict) else None
-        if not isinstance(rule, dict) or rule.get("chain") != "output":
-            continue
-        expr = rule.get("expr", [])
-        if any(isinstance(e, dict) and "accept" in e for e in expr) and not any(
-            isinstance(e, dict) and "match" in e and e["match"].get("left") == {"meta": {"key": "oifname"}}
-            for e in expr
-        ) and _covers_tunnel_port(expr):
-            has_ct_state = any(
-                isinstance(e, dict) and e.get("match", {}).get("left") == {"ct": {"key": "state"}} for e in expr
-            )
-            if not has_ct_state:
-                return False
-    return True
+        doc = nftrun.list_ruleset(lab.executor(node), family="inet", table=nftables.TABLE)
+    except EnforceError as exc:
+        raise LayerError(f"{node}: cannot read the enforcement ruleset: {exc.message}") from exc
+    return nftables.admits_outbound(doc, "udp", LISTEN_PORT) is False
 
 
 def enable_lab_wireguard(
