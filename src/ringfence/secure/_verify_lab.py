@@ -339,10 +339,10 @@ def fail_closed_tls(
     ident = info["nodes"][node]["identity"]
     foreign = tls.issue_foreign(work / "foreign", ident)
     t0 = time.time()
-    def refused() -> list[dict[str, Any]]:
+    def refused(since: float) -> list[dict[str, Any]]:
         return [
             e
-            for e in tls.read_events(lab, since=t0)
+            for e in tls.read_events(lab, since=since)
             if e.get("result") == "refused"
             and (e.get("node") == node or e.get("peer") == lab.topology.address(node))
         ]
@@ -353,13 +353,15 @@ def fail_closed_tls(
         # after an earlier drill) sends no storage request in a short window. Capture again, up to three
         # windows, until it has either been refused or read something.
         for _ in range(3):
+            t_window = time.time()
             before = lab.agent_status()[f"{node}-worker"]["counters"]
             flows = capture_flows(lab, seconds, work / "failclosed-tls.pcap", policy)
             after = lab.agent_status()[f"{node}-worker"]["counters"]
-            if refused() or after.get("shards_read", 0) > before.get("shards_read", 0):
+            # judged on a window that holds the attempt: refused (or, failing closed not at all, read) in it
+            if refused(t_window) or after.get("shards_read", 0) > before.get("shards_read", 0):
                 break
     recovered = _wait_progress(lab, node, "shards_read", 20.0)
-    refusals = refused()
+    refusals = refused(t0)
     plain, seen = _plaintext_from(flows, "storage", {lab.topology.address(node)})
     read = after.get("shards_read", 0) - before.get("shards_read", 0)
     stopped = read == 0 and bool(refusals)
