@@ -45,6 +45,8 @@ def _endpoint(text: str) -> Endpoint | None:
     if ":" in text:
         if "." in text:
             addr, p = text.rsplit(".", 1)
+            if not p.isdigit():  # not IP: e.g. an IPX address ``a8f87967.00:00:00:ff:ff:ff.7f55`` (hex socket)
+                return None
             port = int(p)
     else:
         parts = text.split(".")

@@ -206,6 +206,15 @@ PKT = ipv4("192.0.2.1", "192.0.2.2", 6, tcp(33000, 22, b"SSH-2.0-x\r\n"))
         (0, struct.pack("<I", 2) + PKT), (0, struct.pack(">I", 2) + PKT), (108, struct.pack(">I", 2) + PKT),
         (242, b"\0" * 40 + struct.pack(">HH", 0x0800, 0) + PKT),  # IP over InfiniBand
         (1, eth(struct.pack(">II", (100 << 12) | 64, (200 << 12) | 0x100 | 64) + PKT, 0x8847)),  # MPLS stack
+        (9, b"\xff\x03\x00\x21" + PKT), (9, b"\x00\x21" + PKT), (9, b"\x21" + PKT),  # PPP; ACFC; PFC
+        (9, b"\xff\x03\x02\x81" + struct.pack(">I", (100 << 12) | 0x100 | 64) + PKT),  # PPP carrying MPLS
+        (204, b"\x01\xff\x03\x00\x21" + PKT),  # PPP with direction
+        (50, b"\xff\x03\x00\x21" + PKT), (50, b"\x0f\x00\x08\x00" + PKT),  # PPP in HDLC framing; Cisco HDLC
+        (104, b"\x0f\x00\x08\x00" + PKT),  # Cisco HDLC
+        (51, struct.pack(">BBHHH", 0x11, 0, 0x17, len(PKT) + 2, 0x21) + PKT),  # PPPoE without Ethernet
+        (1, eth(struct.pack(">BBHHH", 0x11, 0, 0x17, len(PKT) + 2, 0x21) + PKT, 0x8864)),  # PPPoE session
+        (1, eth(struct.pack(">HBBI", 0x0002, 1, 1, (0x309 << 8) | 7) + PKT, 0x894F)),  # NSH, MD type 2, no context
+        (1, eth(struct.pack(">HBBI16s", 0x0006, 1, 3, (5 << 8) | 255, b"\0" * 16) + eth(PKT), 0x894F)),  # NSH/Eth
     ],
 )  # fmt: skip
 def test_link_types(tmp_path: Path, linktype: int, frame: bytes) -> None:
@@ -216,6 +225,23 @@ def test_link_types(tmp_path: Path, linktype: int, frame: bytes) -> None:
         assert row["vlan"] == 2001
     if linktype == 1 and b"\x88\x47" in frame[:14]:
         assert row["outer"] == "mpls label 100"
+    if linktype == 1 and frame[12:14] == b"\x89\x4f":
+        assert row["outer"] in ("nsh spi 0x309 si 7", "nsh spi 0x5 si 255")
+
+
+def test_ppp_control_protocols_make_no_flow_and_byte_stuffing_is_reported(tmp_path: Path) -> None:
+    lcp = b"\xff\x03\xc0\x21\x09\x01\x00\x08\x00\x00\x00\x00"  # LCP echo-request: not IP, no flow
+    stuffed = b"\xff\x03\x7e\x21" + PKT[:8] + b"\x7d\x5e" + PKT[9:]  # still HDLC-framed, with an escape
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, lcp), (TS0 + 1, stuffed)], 50)))
+    assert result.flows.num_rows == 0
+    assert any("byte-stuffed PPP frame" in w for w in result.warnings), result.warnings
+
+
+def test_truncated_nsh_is_reported_not_guessed(tmp_path: Path) -> None:
+    frame = eth(struct.pack(">HBBI", 0x0006, 1, 1, (0x309 << 8) | 7) + PKT[:4], 0x894F)  # says 24 bytes, has 12
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, frame)])))
+    assert result.flows.num_rows == 0
+    assert any("PPPoE or NSH header truncated or invalid" in w for w in result.warnings), result.warnings
 
 
 def test_ipv6_extension_headers_and_raw_ipv6(tmp_path: Path) -> None:

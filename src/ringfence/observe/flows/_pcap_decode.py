@@ -24,19 +24,33 @@ Mask = npt.NDArray[np.bool_]
 # Link types (www.tcpdump.org/linktypes.html) and two of our own for decoding overlay payloads.
 LT_NULL: Final = 0
 LT_ETHERNET: Final = 1
+LT_PPP: Final = 9
 LT_RAW_12: Final = 12
 LT_RAW_14: Final = 14
+LT_PPP_HDLC: Final = 50
+LT_PPP_ETHER: Final = 51
+LT_C_HDLC: Final = 104
 LT_LOOP: Final = 108
 LT_RAW: Final = 101
 LT_SLL: Final = 113
 LT_IPV4: Final = 228
 LT_IPV6: Final = 229
+LT_PPP_WITH_DIR: Final = 204
 LT_IPOIB: Final = 242
 LT_SLL2: Final = 276
 _LT_MPLS: Final = -1  # starts with an MPLS label stack (MPLS over UDP)
 
 _VLAN_TPIDS: Final = (0x8100, 0x88A8, 0x9100)
 _MPLS_TYPES: Final = (0x8847, 0x8848)
+_PPPOE_SESSION: Final = 0x8864
+_NSH: Final = 0x894F
+#: PPP protocol numbers (RFC 1661 and the IANA PPP DLL registry) of the network layers we decode, as ethertypes.
+#: Like tcpdump, ethertype values in the protocol field are accepted too (some stacks send them).
+_PPP_PROTOCOLS: Final = {0x0021: ETHERTYPE_IPV4, 0x0057: ETHERTYPE_IPV6, 0x0281: 0x8847, 0x0283: 0x8848,
+                         ETHERTYPE_IPV4: ETHERTYPE_IPV4, ETHERTYPE_IPV6: ETHERTYPE_IPV6, 0x8847: 0x8847,
+                         0x8848: 0x8848}  # fmt: skip
+#: NSH next-protocol values (RFC 8300 §2.2) → the link type its payload is decoded as.
+_NSH_NEXT: Final = {1: LT_IPV4, 2: LT_IPV6, 3: LT_ETHERNET, 5: _LT_MPLS}
 _IPV6_EXT: Final = (0, 43, 44, 60, 135, 139, 140)  # skipped to reach the transport header
 _PORTED: Final = (6, 17, 33, 132, 136)  # tcp, udp, dccp, sctp, udp-lite
 _FRAME_WINDOW: Final = 72  # 14 Ethernet + 40 IPv6 + 14 TCP up to its flags, rounded up
@@ -47,7 +61,9 @@ OUTER_VXLAN: Final = 1
 OUTER_GENEVE: Final = 2
 OUTER_MPLS_UDP: Final = 3
 OUTER_MPLS: Final = 4
-OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp", OUTER_MPLS: "mpls"}
+OUTER_NSH: Final = 5
+OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp", OUTER_MPLS: "mpls",
+                      OUTER_NSH: "nsh"}  # fmt: skip
 
 _UDP_VXLAN: Final = 4789
 _UDP_GENEVE: Final = 6081
@@ -66,6 +82,8 @@ BAD_REASONS: Final = {
     4: "IPv6 header truncated or invalid version",
     5: "unsupported link type",
     6: "VLAN or MPLS header truncated",
+    7: "byte-stuffed PPP frame (HDLC escapes) not decoded",
+    8: "PPPoE or NSH header truncated or invalid",
 }
 
 
@@ -139,6 +157,13 @@ def _shim(buf: U8, etype: I64, l3: I64, end: I64, vlan: I64, label: I64, bad: I6
         vlan[idx] = _u16(w, 0) & 0xFFF
         etype[idx] = _u16(w, 2)
         l3[idx] += 4
+    idx = np.flatnonzero(etype == _PPPOE_SESSION)
+    if idx.shape[0]:  # RFC 2516 session stage: 6-byte PPPoE header (version/type 0x11, code 0), PPP protocol
+        w = gather(buf, l3[idx], 8)
+        ok = (l3[idx] + 8 <= end[idx]) & (w[:, 0] == 0x11) & (w[:, 1] == 0)
+        bad[idx[~ok]] = 8
+        etype[idx] = np.where(ok, _ppp_etype(_u16(w, 6)), 0)
+        l3[idx] += 8
     idx = np.flatnonzero(_any_of(etype, _MPLS_TYPES))
     if idx.shape[0]:
         _mpls(buf, idx, etype, l3, end, label, bad)
@@ -185,6 +210,63 @@ def _window(buf: U8, w0: U8, pos: I64, rel: I64, width: int) -> U8:
     return gather(buf, pos + rel, width)
 
 
+def _ppp_etype(proto: I64) -> I64:
+    """PPP protocol numbers → ethertypes of the network layers we decode (0: not one of them, e.g. LCP)."""
+    out = np.zeros(proto.shape[0], np.int64)
+    for number, etype in _PPP_PROTOCOLS.items():
+        out[proto == number] = etype
+    return out
+
+
+def _col(w: U8, col: I64) -> I64:
+    """Per-row byte ``w[i, col[i]]`` (columns inside the window)."""
+    return np.take_along_axis(w, np.clip(col, 0, w.shape[1] - 1)[:, None], axis=1)[:, 0].astype(np.int64)
+
+
+def _ppp(w: U8, base: int) -> tuple[I64, I64]:
+    """PPP as in LINKTYPE_PPP (RFC 1661/1662): optional ``ff 03`` address/control, then a protocol field of two
+    bytes, or one when compressed (PFC: an odd first byte). Returns (ethertype, header length)."""
+    n = w.shape[0]
+    acf = (w[:, base] == 0xFF) & (w[:, base + 1] == 0x03)
+    off = np.full(n, base, np.int64) + 2 * acf
+    b0 = _col(w, off)
+    pfc = (b0 & 1) == 1
+    proto = np.where(pfc, b0, (b0 << 8) | _col(w, off + 1))
+    return _ppp_etype(proto), off + np.where(pfc, 1, 2)
+
+
+def _ppp_hdlc(buf: U8, w: U8, p: I64, end: I64) -> tuple[I64, I64, I64]:
+    """LINKTYPE_PPP_HDLC: PPP in HDLC-like framing (``ff``, control, protocol) or Cisco HDLC (``0f``/``8f``).
+
+    A protocol field starting with the HDLC flag 0x7e means the frame still carries its HDLC framing; as tcpdump
+    does, the bytes after the flag are read as a PPP frame (one-byte IP/IPv6 protocol, ``ff 03`` and a protocol, or a
+    bare protocol). Byte-stuffed frames (0x7d escapes) are not un-escaped: they are reported, not guessed at.
+    Returns (ethertype, header length, reason code or 0).
+    """
+    n = w.shape[0]
+    bad = np.zeros(n, np.int64)
+    cisco = (w[:, 0] == 0x0F) | (w[:, 0] == 0x8F)
+    et, hdr = _ppp(w, 0)
+    hdlc = w[:, 0] == 0xFF
+    proto = _u16(w, 2)
+    et = np.where(hdlc, _ppp_etype(proto), et)
+    hdr = np.where(hdlc, 4, hdr)
+    framed = hdlc & ((proto >> 8) == 0x7E)
+    if framed.any():
+        s0, s1 = w[:, 3].astype(np.int64), w[:, 4].astype(np.int64)
+        one = (s0 == 0x21) | (s0 == 0x57)
+        ppp_hdr = (s0 == 0xFF) & (s1 == 0x03)
+        inner = np.where(one, s0, np.where(ppp_hdr, _u16(w, 5), (s0 << 8) | s1))
+        et = np.where(framed, _ppp_etype(inner), et)
+        hdr = np.where(framed, np.where(one, 4, np.where(ppp_hdr, 7, 5)), hdr)
+        for i in np.flatnonzero(framed).tolist():  # only the rare still-framed packets
+            if (buf[int(p[i]) : int(end[i])] == 0x7D).any():
+                bad[i], et[i] = 7, 0
+    et = np.where(cisco, _u16(w, 2), et)
+    hdr = np.where(cisco, 4, hdr)
+    return et, hdr, bad
+
+
 def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
     n = pos.shape[0]
     etype = np.zeros(n, np.int64)
@@ -196,6 +278,7 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
         p = pos[sel]
         w = w0[sel]
         avail = end[sel] - p
+        hdr: int | I64
         if linktype == LT_ETHERNET:
             et, hdr = _u16(w, 12), 14
         elif linktype == LT_SLL:
@@ -204,6 +287,15 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
             et, hdr = _u16(w, 0), 20
         elif linktype == LT_IPOIB:
             et, hdr = _u16(w, 40), 44
+        elif linktype in (LT_PPP, LT_PPP_WITH_DIR):
+            et, hdr = _ppp(w, 1 if linktype == LT_PPP_WITH_DIR else 0)
+        elif linktype == LT_PPP_HDLC:
+            et, hdr, why = _ppp_hdlc(buf, w, p, end[sel])
+            bad[sel] = why
+        elif linktype == LT_C_HDLC:
+            et, hdr = _u16(w, 2), 4
+        elif linktype == LT_PPP_ETHER:  # PPPoE header, then the PPP protocol
+            et, hdr = _ppp_etype(_u16(w, 6)), 8
         elif linktype in (LT_NULL, LT_LOOP):
             af = _u32(w, 0)
             if linktype == LT_NULL:  # host byte order of the capturing machine: try both
@@ -221,13 +313,13 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
         else:
             bad[sel] = 5
             continue
-        short = avail < max(hdr, 1)
+        short = avail < np.maximum(hdr, 1)
         etype[sel] = np.where(short, 0, et)
-        bad[sel] = np.where(short, 1, 0)
+        bad[sel] = np.where(short, 1, bad[sel])
         l3[sel] = p + hdr
     vlan = np.full(n, -1, np.int64)
     label = np.full(n, -1, np.int64)
-    if _any_of(etype, _VLAN_TPIDS + _MPLS_TYPES).any():
+    if _any_of(etype, _VLAN_TPIDS + _MPLS_TYPES + (_PPPOE_SESSION,)).any():
         _shim(buf, etype, l3, end, vlan, label, bad)
     return _Link(etype=etype, l3=l3, vlan=vlan, label=label, bad=bad)
 
@@ -314,7 +406,39 @@ def _decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> 
         _macsec(buf, np.flatnonzero(macsec), pos, l3, end, wire_end, out)
     if depth < 2:
         _overlays(buf, end, wire_end, out, depth)
+        nsh = etype == _NSH
+        if nsh.any():
+            _nsh(buf, np.flatnonzero(nsh), l3, end, wire_end, out, depth)
     return out
+
+
+def _nsh(buf: U8, idx: I64, l3: I64, end: I64, wire_end: I64, out: Cols, depth: int) -> None:
+    """Replace Network Service Header packets (RFC 8300) by the flow they carry, noting the service path.
+
+    The base header's length field counts 4-byte words of the whole NSH (base, service path, context headers);
+    the next-protocol byte says what follows. Version must be 0. Anything else is reported as invalid NSH.
+    """
+    at = l3[idx]
+    w = gather(buf, at, 8)
+    words = (_u16(w, 0) & 0x3F).astype(np.int64)
+    nxt = w[:, 3].astype(np.int64)
+    lt = np.full(idx.shape[0], -2, np.int64)
+    for value, linktype in _NSH_NEXT.items():
+        lt[nxt == value] = linktype
+    inner = at + words * 4
+    ok = (at + 8 <= end[idx]) & ((w[:, 0] >> 6) == 0) & (words >= 2) & (inner <= end[idx]) & (lt != -2)
+    bad = idx[~ok]
+    out.kind[bad] = KIND_BAD
+    out.why[bad] = 8
+    idx, inner, lt, w = idx[ok], inner[ok], lt[ok], w[ok]
+    if not idx.shape[0]:
+        return
+    sub = _decode(buf, inner, end[idx], wire_end[idx], lt, depth + 1)
+    top = (sub.okind == OUTER_NONE) | (sub.okind == OUTER_MPLS)
+    path = _u32(w, 4)  # service path id (24 bits), then service index (8 bits)
+    sub.okind = np.where(top, OUTER_NSH, sub.okind).astype(np.uint8)
+    sub.ovni = np.where(top, path, sub.ovni)
+    out.put(idx, sub)
 
 
 def _ipv6_ext(buf: U8, nh: I64, at: I64, end: I64) -> tuple[I64, I64, Mask, Mask]:
@@ -407,6 +531,7 @@ __all__ = [
     "KIND_SKIP",
     "OUTER_NAMES",
     "OUTER_NONE",
+    "OUTER_NSH",
     "Cols",
     "decode",
 ]

@@ -364,6 +364,10 @@ def _outer_texts(key: npt.NDArray[np.void], st: dict[str, I64], init_a: npt.NDAr
         if name == "mpls":
             out[i] = f"mpls label {label}"
             continue
+        if name == "nsh":  # no outer addresses: the service path id and index say where it is
+            path = int(k["ovni"])
+            out[i] = f"nsh spi {path >> 8:#x} si {path & 0xFF}"
+            continue
         text = f"{name} {b}→{a}" if swap else f"{name} {a}→{b}"
         if int(k["ovni"]) >= 0:
             text += f" vni {int(k['ovni'])}"
