@@ -16,13 +16,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ringfence.analyze import classify, communication_matrix, protection_breakdown
 from ringfence.controls.interface import ControlResult, Facts, Finding
 from ringfence.controls.registry import evaluate_all
+from ringfence.errors import InputError
 from ringfence.evidence import EvidenceStore, RecordKind, sha256_file
 from ringfence.evidence.report import Assessment, InputSummary, MatrixRow, write_report
 from ringfence.evidence.store import NewRecord
+from ringfence.facts import Loaded, load_many
 from ringfence.observe.flows.registry import read_any
 from ringfence.observe.schema import FLOW_SCHEMA, Protection
 from ringfence.policy import Policy, load_policy
@@ -31,6 +34,14 @@ from ringfence.policy import Policy, load_policy
 DEFAULT_FORMATS = ("json", "html", "junit")
 
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FactsInput:
+    """A facts file handed to ``assess``: which :class:`Facts` field it feeds, and where it is."""
+
+    field: str  # "probes", "ruleset", "changes", "containment", "keys"
+    path: Path
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,49 @@ def read_inputs(
         tables.append(result.flows)
     flows = pa.concat_tables(tables) if tables else FLOW_SCHEMA.empty_table()
     return flows, tuple(inputs), tuple(ids), tuple(warnings)
+
+
+def _flows_taken(flows: pa.Table) -> datetime | None:
+    """When the flows were observed: the latest ``last_seen`` (None for an empty table)."""
+    if flows.num_rows == 0:
+        return None
+    last = pc.max(flows.column("last_seen")).as_py()
+    return last if isinstance(last, datetime) and last.tzinfo is not None else None
+
+
+def read_facts(
+    files: Sequence[FactsInput], store: EvidenceStore, progress: Progress = _quiet
+) -> tuple[dict[str, object], dict[str, datetime], tuple[InputSummary, ...]]:
+    """Load and validate every facts file; record each with its sha256. Returns (Facts fields, taken, inputs).
+
+    Several files of one kind are judged together: their age is the oldest one's, and a file that
+    does not say when it was gathered leaves the kind's age unknown.
+    """
+    by_kind: dict[str, list[Path]] = {}
+    for f in files:
+        by_kind.setdefault(f.field, []).append(f.path)
+    values: dict[str, object] = {}
+    taken: dict[str, datetime] = {}
+    inputs: list[InputSummary] = []
+    for kind, paths in by_kind.items():
+        progress(f"reading {kind} facts: {', '.join(str(p) for p in paths)}")
+        loaded: list[Loaded] = load_many(kind, list(paths))
+        digests = {str(p): sha256_file(p) for p in paths}
+        store.append(RecordKind.OBSERVATION, source=f"facts:{kind}", subject=", ".join(str(p) for p in paths),
+                     data={"kind": kind, "files": sorted(digests), "taken": [
+                         lo.taken.isoformat() if lo.taken else None for lo in loaded]},
+                     inputs={Path(p).name: d for p, d in digests.items()})
+        inputs += [InputSummary(name=p, kind=kind, sha256=d) for p, d in digests.items()]
+        if kind == "probes":
+            values[kind] = tuple(r for lo in loaded for r in lo.value)
+        elif len(loaded) == 1:
+            values[kind] = loaded[0].value
+        else:
+            raise InputError(", ".join(str(p) for p in paths), f"give one {kind} facts file, not {len(loaded)}")
+        times = [lo.taken for lo in loaded]
+        if all(t is not None for t in times):
+            taken[kind] = min(t for t in times if t is not None)
+    return values, taken, tuple(inputs)
 
 
 def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int]]:
@@ -137,23 +191,34 @@ def assess(
     now: datetime | None = None,
     progress: Progress = _quiet,
     policy: Policy | None = None,
+    fact_files: Sequence[FactsInput] = (),
 ) -> AssessResult:
-    """Run the whole assessment; write reports to ``output`` (if given) in ``formats``."""
+    """Run the whole assessment; write reports to ``output`` (if given) in ``formats``.
+
+    ``fact_files`` are validated (strict schemas) and recorded with their sha256 in the store before
+    anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest.
+    """
     policy = policy or load_policy(policy_path)
     policy_sha = sha256_file(policy_path)
     store = EvidenceStore.open(store_dir)
     store.append(RecordKind.NOTE, source="assess", subject=str(policy_path),
                  data={"step": "start", "cluster": policy.cluster}, inputs={policy_path.name: policy_sha})
+    values, taken, fact_inputs = read_facts(fact_files, store, progress)
     flows, input_summaries, flow_ids, warnings = read_inputs(inputs, store, progress)
     progress(f"classifying {flows.num_rows} flows")
     classified = classify(flows, policy)
-    base = facts or Facts()
+    base = dataclasses.replace(facts or Facts(), **values)  # type: ignore[arg-type]
+    flows_at = _flows_taken(flows)
+    stamps = {**base.taken, **taken}
+    if flows_at is not None:
+        stamps["flows"] = flows_at
     gathered = dataclasses.replace(
         base,
         now=now or base.now,
         flows=classified,
         flow_evidence=tuple(base.flow_evidence) + flow_ids,
         flow_sources=tuple(base.flow_sources) + tuple(i.name for i in input_summaries),
+        taken=stamps,
     )
     progress("judging the ten control points")
     results = evaluate_all(policy, gathered)
@@ -164,7 +229,7 @@ def assess(
         policy_sha256=policy_sha,
         generated=(now or datetime.now(UTC)),
         controls=tuple(results),
-        inputs=input_summaries,
+        inputs=input_summaries + fact_inputs,
         class_bytes=class_bytes(classified, policy),
         matrix=tuple(matrix_rows(classified, policy)),
         evidence_store=str(store_dir),
@@ -182,4 +247,5 @@ def assess(
     return AssessResult(assessment=assessment, reports=tuple(written), flows=classified)
 
 
-__all__ = ["DEFAULT_FORMATS", "AssessResult", "assess", "class_bytes", "matrix_rows", "read_inputs"]
+__all__ = ["DEFAULT_FORMATS", "AssessResult", "FactsInput", "assess", "class_bytes", "matrix_rows", "read_facts",
+           "read_inputs"]

@@ -79,7 +79,7 @@ def test_no_flows_is_unknown_not_pass() -> None:
     results = by_control(POLICY, Facts(now=NOW))
     for cid in ("zones", "admin_paths", "storage_flows", "training_traffic", "egress", "telemetry"):
         assert results[cid].verdict is Verdict.UNKNOWN
-        assert any("ringfence assess --captures" in f.message for f in results[cid].findings)
+        assert any("ringfence assess POLICY --captures" in f.message for f in results[cid].findings)
 
 
 def test_findings_are_capped_with_a_summary() -> None:

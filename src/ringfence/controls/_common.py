@@ -32,19 +32,29 @@ LIST_CAP = 150
 
 #: How to gather each fact a control may lack (named in ``unknown`` findings).
 GATHER: Mapping[str, str] = {
-    "flows": "no flow observations: pass captures or flow logs to `ringfence assess --captures`",
+    "flows": "no flow observations: pass captures or flow logs to `ringfence assess POLICY --captures FILE`",
     "probes": (
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),
     "keys": (
-        "no key-management evidence (rotation, fail-closed on mismatch): run `ringfence verify keys` "
-        "and pass its results to assess"
+        "no key-management evidence (rotation, fail-closed on mismatch): run "
+        "`ringfence verify keys --target lab -o keys.json` and pass `--keys keys.json`"
     ),
-    "changes": "no change history: apply rulesets with `ringfence apply`, which records each version",
-    "containment": "no containment drill results: run a drill with `ringfence contain --node NODE` (then --release)",
+    "ruleset": (
+        "no live ruleset facts: run `ringfence probe POLICY --target lab -o probes.json --ruleset ruleset.json` "
+        "and pass `--ruleset ruleset.json`"
+    ),
+    "changes": (
+        "no change history: apply rulesets with `ringfence apply POLICY --target lab --approved-by WHO`, which "
+        "records each version, then `ringfence probe POLICY --target lab -o probes.json --changes changes.json`"
+    ),
+    "containment": (
+        "no containment drill results: run `ringfence contain --node NODE --drill --target lab -o containment.json` "
+        "and pass `--containment containment.json`"
+    ),
     "identity": (
         "no flow carries a workload identity: import identity-aware flows (e.g. Hubble JSON) "
-        "with `ringfence assess --captures`"
+        "with `ringfence assess POLICY --captures FILE`"
     ),
 }
 
@@ -277,14 +287,18 @@ def judge_probe(meta: ControlMeta, probe: ProbeResult) -> Finding:
 
 
 def parse_time(value: object) -> datetime | None:
-    """A datetime from a fact value (datetime or ISO text), None if absent or unreadable."""
-    if isinstance(value, datetime):
-        return value
+    """An aware datetime from a fact value (datetime or ISO text); None if absent, unreadable or naive.
+
+    A naive time cannot be compared with the assessment's aware clock, and guessing its zone could
+    make a stale fact look fresh: it proves nothing (the facts schemas reject it at the edge).
+    """
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return None
+    if isinstance(value, datetime) and value.tzinfo is not None and value.utcoffset() is not None:
+        return value
     return None
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
-from ringfence.controls._flows import judge_paths
+from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
 
@@ -25,6 +25,11 @@ meta = ControlMeta(
         "cilium": "CiliumNetworkPolicy with endpoint/entity selectors per zone; policy-enforcement: always",
         "process": "add the flow to `approved:` with an owner if it is legitimate, else find and stop its source",
     },
+    requirements=path_requirements(
+        'an approved zone pair (e.g. user → management API) connects',
+        'an unapproved zone pair times out or is reset by policy',
+        'any zone pair',
+    ),
 )
 
 

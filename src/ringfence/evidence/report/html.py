@@ -166,7 +166,7 @@ def _headline_facts(a: Assessment) -> Iterable[str]:
 
 def _verdict(a: Assessment) -> Iterable[str]:
     s = a.summary
-    if exit_code(a):
+    if exit_code(a) == 1:
         kind, word = "fail", "FAIL"
         line = f"{s.controls.failed} of {len(a.controls)} controls fail."
     elif s.controls.unknown or s.findings.unknown:

@@ -168,10 +168,19 @@ class Assessment:
         )
 
 
-def exit_code(assessment: Assessment) -> int:
-    """1 if any control or finding fails, else 0 (unknown does not fail the exit code, but is shown)."""
+#: Exit codes of an assessment: every control pass/exempt; some fail; none fails but some are not proven.
+EXIT_PASS, EXIT_FAIL, EXIT_NOT_PROVEN = 0, 1, 3
+
+
+def exit_code(assessment: Assessment, *, allow_unknown: bool = False) -> int:
+    """0 only if every control is pass or exempt; 1 if any control or finding fails; 3 if none fails
+    but some control is not proven (or there is none) — 0 then only with ``allow_unknown``."""
     s = assessment.summary
-    return 1 if s.controls.failed or s.findings.failed else 0
+    if s.controls.failed or s.findings.failed:
+        return EXIT_FAIL
+    if (s.controls.unknown or not assessment.controls) and not allow_unknown:
+        return EXIT_NOT_PROVEN
+    return EXIT_PASS
 
 
 #: A renderer: the whole report as bytes.
@@ -199,6 +208,9 @@ _INVALID_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe
 
 __all__ = [
     "CLASS_ORDER",
+    "EXIT_FAIL",
+    "EXIT_NOT_PROVEN",
+    "EXIT_PASS",
     "PROTECTION_ORDER",
     "VERDICT_ORDER",
     "Assessment",

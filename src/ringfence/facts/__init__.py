@@ -1,0 +1,33 @@
+"""Facts validated at the edge: one strict schema module per kind of gathered fact.
+
+:data:`LOADERS` is the one registry (explicit, no import side effects) from a
+:class:`~ringfence.controls.interface.Facts` field to the loader of its files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from ringfence.facts import changes, containment, keys, probes, ruleset
+from ringfence.facts.interface import MAX_DEPTH, FactsFileError, Loaded
+
+#: Facts field → loader of one or more files of that kind.
+LOADERS: Final[dict[str, Callable[..., Loaded]]] = {
+    "probes": probes.load,
+    "ruleset": ruleset.load,
+    "changes": changes.load,
+    "containment": containment.load,
+    "keys": keys.load,
+}
+
+
+def load_many(kind: str, paths: list[str | Path]) -> list[Loaded]:
+    """Every file of ``kind`` loaded (containment reports load together, as one set of drills)."""
+    if kind == "containment":
+        return [containment.load(*paths)]
+    return [LOADERS[kind](p) for p in paths]
+
+
+__all__ = ["LOADERS", "MAX_DEPTH", "FactsFileError", "Loaded", "load_many"]
