@@ -28,8 +28,6 @@ MAX_DEPTH = 64
 MAX_BYTES = 256 * 1024 * 1024
 
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-# Union members and validator kinds pydantic puts into error locations; not fields the user wrote.
-_TYPE_TAG = re.compile(r"^(literal\[|function-|json-or-python|is-instance|datetime$|str$|int$|float$|bool$|none$)")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -79,24 +77,35 @@ def check_depth(path: str | Path, data: bytes, limit: int = MAX_DEPTH) -> None:
             depth -= 1
 
 
-def where(loc: tuple[int | str, ...]) -> str:
-    """``probes[3].outcome`` from a pydantic error location."""
-    text = ""
-    for part in loc:
-        if isinstance(part, str) and _TYPE_TAG.match(part):
+def where(loc: tuple[int | str, ...], doc: Any = None) -> str:
+    """``probes[3].outcome`` from a pydantic error location.
+
+    pydantic also puts union members and discriminator tags into locations (``at.datetime``,
+    ``inventory[0].certificate``); walking the document keeps only the keys and indexes the user wrote.
+    """
+    text, obj = "", doc
+    for n, part in enumerate(loc):
+        if isinstance(part, int):
+            text += f"[{part}]"
+            obj = obj[part] if isinstance(obj, list) and -len(obj) <= part < len(obj) else None
             continue
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if doc is not None and not (isinstance(obj, dict) and part in obj) and n != len(loc) - 1:
+            continue  # not a key of the document here: a type tag
+        if doc is not None and not isinstance(obj, dict) and n == len(loc) - 1 and text:
+            continue  # the last part names the type that did not match, under a value that is no object
+        text += f".{part}" if text else str(part)
+        obj = obj.get(part) if isinstance(obj, dict) else None
     return text or "document"
 
 
-def validation(path: str | Path, exc: ValidationError) -> FactsFileError:
+def validation(path: str | Path, exc: ValidationError, doc: Any = None) -> FactsFileError:
     """``file: field: problem`` for the first schema violation (and how many more there are)."""
     errors = exc.errors(include_url=False)
     err = errors[0]
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     value = err.get("input")
     shown = f" (got {value!r:.60})" if isinstance(value, str | int | float | bool) or value is None else ""
-    return FactsFileError(f"{path}: {where(tuple(err['loc']))}", f"{err['msg']}{shown}{more}")
+    return FactsFileError(f"{path}: {where(tuple(err['loc']), doc)}", f"{err['msg']}{shown}{more}")
 
 
 def parse(path: str | Path, model: type[M], what: str, hint: str, *, fmt: str | None = None,
@@ -119,7 +128,7 @@ def parse(path: str | Path, model: type[M], what: str, hint: str, *, fmt: str | 
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        err = validation(path, exc)
+        err = validation(path, exc, doc)
         err.hint = hint
         raise err from exc
 
