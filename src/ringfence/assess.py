@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ringfence.analyze import classify, communication_matrix, protection_breakdown
 from ringfence.controls.interface import ControlResult, Facts, Finding
 from ringfence.controls.registry import evaluate_all
 from ringfence.errors import InputError
-from ringfence.evidence import EvidenceStore, RecordKind, sha256_file
+from ringfence.evidence import ChainHead, EvidenceStore, Record, RecordKind, sha256_bytes, sha256_file
+from ringfence.evidence.query import artifact_bytes, latest, record_ids
 from ringfence.evidence.report import Assessment, InputSummary, MatrixRow, write_report
 from ringfence.evidence.store import NewRecord
 from ringfence.facts import Loaded, load_many
+from ringfence.facts.interface import read_bytes
 from ringfence.observe.flows.registry import read_any
 from ringfence.observe.schema import FLOW_SCHEMA, Protection
 from ringfence.policy import Policy, load_policy
@@ -101,39 +104,103 @@ def _flows_taken(flows: pa.Table) -> datetime | None:
     return last if isinstance(last, datetime) and last.tzinfo is not None else None
 
 
+@dataclass(frozen=True)
+class FactsRecord:
+    """Facts files of one kind as recorded in the assessment's store: their artifacts and observation."""
+
+    kind: str
+    paths: tuple[str, ...]
+    artifacts: tuple[str, ...]  # evidence ids of the files' bytes, in order
+    record: str  # the observation that the findings resting on these facts cite
+    content: tuple[bytes, ...]
+
+
+def _load_facts(kind: str, paths: Sequence[str], content: Sequence[bytes]) -> tuple[object, datetime | None]:
+    loaded: list[Loaded] = load_many(kind, list(paths), list(content))
+    if kind == "probes":
+        value: object = tuple(r for lo in loaded for r in lo.value)
+    elif len(loaded) == 1:
+        value = loaded[0].value
+    else:
+        raise InputError(", ".join(paths), f"give one {kind} facts file, not {len(loaded)}")
+    times = [lo.taken for lo in loaded]
+    # Several files of one kind are judged together: their age is the oldest one's, and one that does
+    # not say when it was gathered leaves the kind's age unknown.
+    taken = min(t for t in times if t is not None) if all(t is not None for t in times) else None
+    return value, taken
+
+
 def read_facts(
     files: Sequence[FactsInput], store: EvidenceStore, progress: Progress = _quiet
-) -> tuple[dict[str, object], dict[str, datetime], tuple[InputSummary, ...]]:
-    """Load and validate every facts file; record each with its sha256. Returns (Facts fields, taken, inputs).
+) -> tuple[dict[str, object], dict[str, datetime], tuple[InputSummary, ...], tuple[FactsRecord, ...]]:
+    """Load and validate every facts file, then record each (its bytes as an artifact, with its sha256)
+    and one observation per kind. Returns (Facts fields, taken, input summaries, records).
 
-    Several files of one kind are judged together: their age is the oldest one's, and a file that
-    does not say when it was gathered leaves the kind's age unknown.
+    Everything is validated before anything is recorded, so a bad file leaves no half-recorded input.
     """
-    by_kind: dict[str, list[Path]] = {}
+    by_kind: dict[str, list[str]] = {}
     for f in files:
-        by_kind.setdefault(f.field, []).append(f.path)
+        by_kind.setdefault(f.field, []).append(str(f.path))
     values: dict[str, object] = {}
     taken: dict[str, datetime] = {}
-    inputs: list[InputSummary] = []
+    contents: dict[str, list[bytes]] = {}
     for kind, paths in by_kind.items():
-        progress(f"reading {kind} facts: {', '.join(str(p) for p in paths)}")
-        loaded: list[Loaded] = load_many(kind, list(paths))
-        digests = {str(p): sha256_file(p) for p in paths}
-        store.append(RecordKind.OBSERVATION, source=f"facts:{kind}", subject=", ".join(str(p) for p in paths),
-                     data={"kind": kind, "files": sorted(digests), "taken": [
-                         lo.taken.isoformat() if lo.taken else None for lo in loaded]},
-                     inputs={Path(p).name: d for p, d in digests.items()})
-        inputs += [InputSummary(name=p, kind=kind, sha256=d) for p, d in digests.items()]
-        if kind == "probes":
-            values[kind] = tuple(r for lo in loaded for r in lo.value)
-        elif len(loaded) == 1:
-            values[kind] = loaded[0].value
-        else:
-            raise InputError(", ".join(str(p) for p in paths), f"give one {kind} facts file, not {len(loaded)}")
-        times = [lo.taken for lo in loaded]
-        if all(t is not None for t in times):
-            taken[kind] = min(t for t in times if t is not None)
-    return values, taken, tuple(inputs)
+        progress(f"reading {kind} facts: {', '.join(paths)}")
+        contents[kind] = [read_bytes(p, f"{kind} facts") for p in paths]
+        values[kind], at = _load_facts(kind, paths, contents[kind])
+        if at is not None:
+            taken[kind] = at
+    inputs: list[InputSummary] = []
+    records: list[FactsRecord] = []
+    for kind, paths in by_kind.items():
+        digests = [sha256_bytes(c) for c in contents[kind]]
+        artifacts = [str(store.add_artifact(c, Path(p).name, source=f"facts:{kind}", data={"kind": kind, "path": p}))
+                     for p, c in zip(paths, contents[kind], strict=True)]
+        record = store.append(
+            RecordKind.OBSERVATION, source=f"facts:{kind}", subject=", ".join(paths),
+            data={"kind": kind, "files": paths, "artifacts": artifacts,
+                  "taken": taken[kind].isoformat() if kind in taken else None},
+            inputs={Path(p).name: d for p, d in zip(paths, digests, strict=True)},
+        )
+        inputs += [InputSummary(name=p, kind=kind, sha256=d) for p, d in zip(paths, digests, strict=True)]
+        records.append(FactsRecord(kind, tuple(paths), tuple(artifacts), str(record), tuple(contents[kind])))
+    return values, taken, tuple(inputs), tuple(records)
+
+
+def resolve_evidence(results: Sequence[ControlResult], known: frozenset[str],
+                     records: Sequence[FactsRecord]) -> list[ControlResult]:
+    """Findings whose evidence ids all resolve in the assessment's store.
+
+    Facts files carry ids of the stores their verbs wrote (a probe run's, a drill's); such an id is
+    replaced by the observation that recorded the facts file naming it (whose artifact holds the
+    original id), and an id no recorded input names is dropped — a report cites only what its store holds.
+    """
+    cache: dict[str, tuple[str, ...]] = {}
+
+    def resolve(ev: str) -> tuple[str, ...]:
+        if ev in known:
+            return (ev,)
+        if ev not in cache:
+            needle = ev.encode()
+            cache[ev] = tuple(r.record for r in records if any(needle in c for c in r.content))
+        return cache[ev]
+
+    out = []
+    for res in results:
+        findings = tuple(
+            dataclasses.replace(f, evidence=tuple(dict.fromkeys(x for ev in f.evidence for x in resolve(ev))))
+            for f in res.findings
+        )
+        out.append(dataclasses.replace(res, findings=findings))
+    return out
+
+
+def _flows_artifact(store: EvidenceStore, flows: pa.Table) -> str:
+    """The observed flows (before classification) as Parquet in the store, so the store alone can be judged."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(flows, sink, compression="zstd")
+    return str(store.add_artifact(sink.getvalue().to_pybytes(), "flows.parquet", source="assess",
+                                  data={"rows": flows.num_rows}))
 
 
 def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int]]:
@@ -195,47 +262,72 @@ def assess(
 ) -> AssessResult:
     """Run the whole assessment; write reports to ``output`` (if given) in ``formats``.
 
-    ``fact_files`` are validated (strict schemas) and recorded with their sha256 in the store before
-    anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest.
+    ``fact_files`` are validated (strict schemas) and recorded, bytes and sha256, in the store before
+    anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest. The flows,
+    the facts and the clock are recorded so that :func:`assess_from_store` reproduces the judgement.
     """
     policy = policy or load_policy(policy_path)
     policy_sha = sha256_file(policy_path)
+    when = now or (facts.now if facts is not None else datetime.now(UTC))
     store = EvidenceStore.open(store_dir)
     store.append(RecordKind.NOTE, source="assess", subject=str(policy_path),
                  data={"step": "start", "cluster": policy.cluster}, inputs={policy_path.name: policy_sha})
-    values, taken, fact_inputs = read_facts(fact_files, store, progress)
+    values, taken, fact_inputs, fact_records = read_facts(fact_files, store, progress)
     flows, input_summaries, flow_ids, warnings = read_inputs(inputs, store, progress)
-    progress(f"classifying {flows.num_rows} flows")
-    classified = classify(flows, policy)
+    flows_id = _flows_artifact(store, flows)
     base = dataclasses.replace(facts or Facts(), **values)  # type: ignore[arg-type]
-    flows_at = _flows_taken(flows)
-    stamps = {**base.taken, **taken}
-    if flows_at is not None:
-        stamps["flows"] = flows_at
     gathered = dataclasses.replace(
         base,
-        now=now or base.now,
-        flows=classified,
+        now=when,
         flow_evidence=tuple(base.flow_evidence) + flow_ids,
         flow_sources=tuple(base.flow_sources) + tuple(i.name for i in input_summaries),
-        taken=stamps,
+        taken={**base.taken, **taken},
     )
-    progress("judging the ten control points")
-    results = evaluate_all(policy, gathered)
+    results, classified = _judge(policy, gathered, flows, progress)
+    results = resolve_evidence(results, record_ids(store), fact_records)
     _record_findings(store, results)
-    assessment = Assessment(
+    head = store.head()
+    all_inputs = input_summaries + fact_inputs
+    store.append(RecordKind.NOTE, source="assess", subject=str(policy_path), data={
+        "step": "assessment", "now": when.isoformat(), "policy_sha256": policy_sha, "flows": flows_id,
+        "flow_evidence": list(gathered.flow_evidence), "flow_sources": list(gathered.flow_sources),
+        "inputs": [dataclasses.asdict(i) for i in all_inputs], "warnings": list(warnings),
+        "facts": [{"kind": r.kind, "paths": list(r.paths), "artifacts": list(r.artifacts)} for r in fact_records],
+        "chain_head": str(head),
+    }, inputs={policy_path.name: policy_sha})
+    assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, all_inputs,
+                             classified, str(store_dir), head, warnings)
+    return AssessResult(assessment=assessment, reports=_write(assessment, output, formats), flows=classified)
+
+
+def _judge(policy: Policy, facts: Facts, flows: pa.Table, progress: Progress) -> tuple[list[ControlResult], pa.Table]:
+    progress(f"classifying {flows.num_rows} flows")
+    classified = classify(flows, policy)
+    flows_at = _flows_taken(flows)
+    stamps = {**facts.taken, **({"flows": flows_at} if flows_at is not None else {})}
+    progress("judging the ten control points")
+    return evaluate_all(policy, dataclasses.replace(facts, flows=classified, taken=stamps)), classified
+
+
+def _assessment(policy: Policy, policy_path: Path, policy_sha: str, generated: datetime,
+                results: Sequence[ControlResult], inputs: tuple[InputSummary, ...], classified: pa.Table,
+                store: str, head: ChainHead, warnings: tuple[str, ...]) -> Assessment:
+    return Assessment(
         cluster=policy.cluster,
         policy_path=str(policy_path),
         policy_sha256=policy_sha,
-        generated=(now or datetime.now(UTC)),
+        generated=generated,
         controls=tuple(results),
-        inputs=input_summaries + fact_inputs,
+        inputs=inputs,
         class_bytes=class_bytes(classified, policy),
         matrix=tuple(matrix_rows(classified, policy)),
-        evidence_store=str(store_dir),
-        chain_head=store.head(),
+        evidence_store=store,
+        chain_head=head,
         warnings=warnings,
     )
+
+
+def _write(assessment: Assessment, output: Path | None, formats: Sequence[str]) -> tuple[Path, ...]:
     written: list[Path] = []
     if output is not None:
         from ringfence.evidence.report import DEFAULT_NAMES
@@ -244,8 +336,71 @@ def assess(
             target = output / DEFAULT_NAMES[fmt]
             write_report(assessment, fmt, target)
             written.append(target)
-    return AssessResult(assessment=assessment, reports=tuple(written), flows=classified)
+    return tuple(written)
 
 
-__all__ = ["DEFAULT_FORMATS", "AssessResult", "FactsInput", "assess", "class_bytes", "matrix_rows", "read_facts",
-           "read_inputs"]
+def assess_from_store(
+    policy_path: Path,
+    store_dir: Path,
+    *,
+    output: Path | None = None,
+    formats: Sequence[str] = DEFAULT_FORMATS,
+    progress: Progress = _quiet,
+    now: datetime | None = None,
+) -> AssessResult:
+    """Judge again from the store alone: the last assessment's recorded flows, facts (re-validated from
+    their recorded bytes) and clock, against ``policy_path``. Nothing is appended; with the same policy
+    the report equals the original one but for ``generated``."""
+    store = EvidenceStore.open(store_dir, create=False)
+    last = latest(store, RecordKind.NOTE, "assess",
+                  lambda r: isinstance(r.data, dict) and r.data.get("step") == "assessment")
+    if last is None:
+        raise InputError(str(store_dir), "the store holds no assessment to judge again",
+                         hint="run `ringfence assess POLICY --captures FILE --store STORE` first")
+    data = last.data
+    policy = load_policy(policy_path)
+    policy_sha = sha256_file(policy_path)
+    if policy_sha != data["policy_sha256"]:
+        progress(f"note: {policy_path} differs from the policy the recorded assessment used")
+    progress(f"reading the flows recorded in {last.id}")
+    flows = pq.read_table(pa.BufferReader(artifact_bytes(store, data["flows"])))
+    values: dict[str, object] = {}
+    taken: dict[str, datetime] = {}
+    for entry in data["facts"]:
+        kind, paths = entry["kind"], entry["paths"]
+        progress(f"reading the recorded {kind} facts")
+        values[kind], at = _load_facts(kind, paths, [artifact_bytes(store, a) for a in entry["artifacts"]])
+        if at is not None:
+            taken[kind] = at
+    recorded_at = datetime.fromisoformat(data["now"])
+    facts = dataclasses.replace(Facts(now=recorded_at), **values, flow_evidence=tuple(data["flow_evidence"]),  # type: ignore[arg-type]
+                                flow_sources=tuple(data["flow_sources"]), taken=taken)
+    results, classified = _judge(policy, facts, flows, progress)
+    records = [FactsRecord(e["kind"], tuple(e["paths"]), tuple(e["artifacts"]), "", ()) for e in data["facts"]]
+    head = ChainHead.parse(data["chain_head"])
+    # The ids the original run cited were resolved then; ids of facts files map to the same records.
+    known = record_ids(store)
+    results = resolve_evidence(results, known, _recorded(store, records))
+    inputs = tuple(InputSummary(**i) for i in data["inputs"])
+    assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, inputs,
+                             classified, str(store_dir), head, tuple(data["warnings"]))
+    return AssessResult(assessment=assessment, reports=_write(assessment, output, formats), flows=classified)
+
+
+def _recorded(store: EvidenceStore, records: Sequence[FactsRecord]) -> list[FactsRecord]:
+    """The facts records of an assessment with their observation ids and bytes, found in the store."""
+    out = []
+    for r in records:
+        wanted = list(r.artifacts)
+
+        def same(rec: Record, wanted: list[str] = wanted) -> bool:
+            return isinstance(rec.data, dict) and rec.data.get("artifacts") == wanted
+
+        obs = latest(store, RecordKind.OBSERVATION, f"facts:{r.kind}", same)
+        content = tuple(artifact_bytes(store, a) for a in r.artifacts)
+        out.append(dataclasses.replace(r, record=str(obs.id) if obs is not None else "", content=content))
+    return out
+
+
+__all__ = ["DEFAULT_FORMATS", "AssessResult", "FactsInput", "FactsRecord", "assess", "assess_from_store", "class_bytes",
+           "matrix_rows", "read_facts", "read_inputs", "resolve_evidence"]

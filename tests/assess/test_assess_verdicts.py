@@ -91,7 +91,7 @@ def test_facts_files_are_recorded_with_their_sha256(tmp_path: Path) -> None:
     probes.write_text(json.dumps(probes_document((), target="lab:x", taken=datetime.now(UTC))))
     _assess(tmp_path, "--probes", str(probes))
     store = EvidenceStore.open(tmp_path / "out" / "evidence", create=False)
-    recorded = [r for r in store.records() if r.source == "facts:probes"]
+    recorded = [r for r in store.records() if r.source == "facts:probes" and r.kind.value == "observation"]
     assert len(recorded) == 1 and recorded[0].inputs == {"probes.json": sha256_file(probes)}
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert {"name": str(probes), "kind": "probes", "sha256": sha256_file(probes)}.items() <= next(

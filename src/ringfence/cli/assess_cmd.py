@@ -13,7 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from ringfence.assess import DEFAULT_FORMATS, FactsInput, assess
+from ringfence.assess import DEFAULT_FORMATS, FactsInput, assess, assess_from_store
+from ringfence.errors import InputError
 from ringfence.evidence.report import RENDERERS, exit_code
 from ringfence.evidence.report.terminal import print_summary
 
@@ -37,15 +38,17 @@ def _run(args: argparse.Namespace) -> int:
             err.print(f"[dim]{msg}[/dim]")
 
     files = tuple(FactsInput(field, Path(p)) for dest, field in FACT_OPTIONS.items() for p in _paths(args, dest))
-    result = assess(
-        Path(args.policy),
-        [Path(p) for p in args.captures],
-        store_dir=store,
-        output=output,
-        formats=args.format or list(DEFAULT_FORMATS),
-        progress=progress,
-        fact_files=files,
-    )
+    formats = args.format or list(DEFAULT_FORMATS)
+    if args.evidence:
+        if args.captures or files:
+            raise InputError("--evidence", "judges from the store alone: give no --captures or facts files with it")
+        result = assess_from_store(Path(args.policy), Path(args.evidence), output=output, formats=formats,
+                                   progress=progress)
+    elif not args.captures:
+        raise InputError("--captures", "give the captures or flow logs to judge (or --evidence STORE)")
+    else:
+        result = assess(Path(args.policy), [Path(p) for p in args.captures], store_dir=store, output=output,
+                        formats=formats, progress=progress, fact_files=files)
     print_summary(result.assessment, Console(file=sys.stdout))
     for path in result.reports:
         err.print(f"wrote {path}")
@@ -61,10 +64,12 @@ def register(sub: Any) -> None:
     """Add the ``assess`` verb."""
     p = sub.add_parser("assess", help="judge the ten control points from captures, flow logs and gathered facts")
     p.add_argument("policy", help="the policy file (ringfence.yaml)")
-    p.add_argument("--captures", "--flows", nargs="+", required=True, metavar="FILE",
+    p.add_argument("--captures", "--flows", nargs="+", metavar="FILE",
                    help="pcap/pcapng captures or flow logs (Zeek, Hubble, VPC, NetFlow); format detected by content")
     p.add_argument("-o", "--output", default="out", help="directory for the reports (default: out)")
     p.add_argument("--store", help="evidence store directory (default: OUTPUT/evidence)")
+    p.add_argument("--evidence", metavar="STORE",
+                   help="judge again from this store's last recorded assessment (its flows, facts and clock)")
     p.add_argument("--format", action="append", choices=sorted(set(RENDERERS) - {"terminal"}),
                    help="report format to write (repeatable; default: json, html, junit)")
     p.add_argument("--probes", action="append", metavar="FILE", help="probe results from `ringfence probe -o`")

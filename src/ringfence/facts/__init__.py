@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -23,11 +23,14 @@ LOADERS: Final[dict[str, Callable[..., Loaded]]] = {
 }
 
 
-def load_many(kind: str, paths: list[str | Path]) -> list[Loaded]:
-    """Every file of ``kind`` loaded (containment reports load together, as one set of drills)."""
+def load_many(kind: str, paths: Sequence[str | Path], data: Sequence[bytes] | None = None) -> list[Loaded]:
+    """Every file of ``kind`` loaded (containment reports load together, as one set of drills);
+    ``data`` holds the files' bytes, in order, when they were already read (or come from a store)."""
+    if kind not in LOADERS:
+        raise FactsFileError(", ".join(str(p) for p in paths), f"unknown kind of facts {kind!r}")
     if kind == "containment":
-        return [containment.load(*paths)]
-    return [LOADERS[kind](p) for p in paths]
+        return [containment.load(*paths, data=data)]
+    return [LOADERS[kind](p, data[i] if data is not None else None) for i, p in enumerate(paths)]
 
 
 __all__ = ["LOADERS", "MAX_DEPTH", "FactsFileError", "Loaded", "load_many"]

@@ -55,9 +55,10 @@ def changes_document(changes: Sequence[Mapping[str, Any]], *, target: str,
             "changes": [dict(c) for c in changes]}
 
 
-def load(path: str | Path) -> Loaded:
-    """``Facts.changes`` (a list of plain change records) and when the history was read."""
-    doc = parse(path, ChangesDoc, "changes", HINT, fmt=CHANGES_FORMAT)
+def load(path: str | Path, data: bytes | None = None) -> Loaded:
+    """``Facts.changes`` (a list of plain change records) and when the history was read;
+    ``data``: the file's bytes, if already read."""
+    doc = parse(path, ChangesDoc, "changes", HINT, fmt=CHANGES_FORMAT, data=data)
     changes = [c.model_dump(mode="json") for c in doc.changes]
     taken = doc.taken or latest([c.time for c in doc.changes])
     return Loaded("changes", str(path), changes, taken)

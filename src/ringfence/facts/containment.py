@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,12 +68,14 @@ def drills(report: Mapping[str, Any]) -> list[dict[str, Any]]:
              "evidence": list(report.get("evidence", []))} for n in subject.get("nodes", [])]
 
 
-def load(*paths: str | Path) -> Loaded:
-    """``Facts.containment`` — ``{"drills": [...], "reports": [...]}`` — and the earliest drill's start."""
+def load(*paths: str | Path, data: Sequence[bytes] | None = None) -> Loaded:
+    """``Facts.containment`` — ``{"drills": [...], "reports": [...]}`` — and the earliest drill's start
+    (``data``: the files' bytes, in order, if already read)."""
     out: dict[str, Any] = {"drills": [], "reports": []}
     times = []
-    for path in paths:
-        doc = parse(path, ContainmentDoc, "containment", HINT, fmt=CONTAINMENT_FORMAT)
+    for i, path in enumerate(paths):
+        doc = parse(path, ContainmentDoc, "containment", HINT, fmt=CONTAINMENT_FORMAT,
+                    data=data[i] if data is not None else None)
         report = doc.model_dump(mode="json")
         out["drills"] += drills(report)
         report["probes"] = tuple(p.result() for p in doc.probes)

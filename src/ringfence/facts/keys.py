@@ -116,9 +116,10 @@ class KeysDoc(Strict):
     evidence: list[str] = []
 
 
-def load(path: str | Path) -> Loaded:
-    """``Facts.keys`` (the validated document as plain JSON values) and when verify generated it."""
-    doc = parse(path, KeysDoc, "key facts", HINT)
+def load(path: str | Path, data: bytes | None = None) -> Loaded:
+    """``Facts.keys`` (the validated document as plain JSON values) and when verify generated it;
+    ``data``: the file's bytes, if already read."""
+    doc = parse(path, KeysDoc, "key facts", HINT, data=data)
     value: dict[str, Any] = doc.model_dump(mode="json")
     return Loaded("keys", str(path), value, doc.generated)
 

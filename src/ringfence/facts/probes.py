@@ -61,9 +61,10 @@ def probes_document(results: Sequence[ProbeResult], *, target: str, evidence: st
             "evidence": evidence, "probes": [probe_to_json(r) for r in results]}
 
 
-def load(path: str | Path) -> Loaded:
-    """``Facts.probes`` (a tuple of :class:`ProbeResult`) and when they were taken."""
-    doc = parse(path, ProbesDoc, "probes", HINT, fmt=PROBES_FORMAT)
+def load(path: str | Path, data: bytes | None = None) -> Loaded:
+    """``Facts.probes`` (a tuple of :class:`ProbeResult`) and when they were taken;
+    ``data``: the file's bytes, if already read."""
+    doc = parse(path, ProbesDoc, "probes", HINT, fmt=PROBES_FORMAT, data=data)
     return Loaded("probes", str(path), tuple(p.result() for p in doc.probes), doc.taken)
 
 

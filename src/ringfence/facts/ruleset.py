@@ -74,9 +74,10 @@ class RulesetDoc(Strict):
     raw_evidence: str | None = None
 
 
-def load(path: str | Path) -> Loaded:
-    """``Facts.ruleset`` (the validated document as plain JSON values) and when it was taken."""
-    doc = parse(path, RulesetDoc, "ruleset", HINT, fmt=RULESET_FORMAT)
+def load(path: str | Path, data: bytes | None = None) -> Loaded:
+    """``Facts.ruleset`` (the validated document as plain JSON values) and when it was taken;
+    ``data``: the file's bytes, if already read."""
+    doc = parse(path, RulesetDoc, "ruleset", HINT, fmt=RULESET_FORMAT, data=data)
     value: dict[str, Any] = doc.model_dump(mode="json", exclude_none=False)
     return Loaded("ruleset", str(path), value, doc.taken)
 
