@@ -22,10 +22,12 @@ import pyarrow.parquet as pq
 from ringfence.analyze import classify, communication_matrix, protection_breakdown
 from ringfence.controls.interface import ControlResult, Facts, Finding
 from ringfence.controls.registry import evaluate_all
+from ringfence.controls.requirements import fact_problem
 from ringfence.errors import InputError
 from ringfence.evidence import ChainHead, EvidenceStore, Record, RecordKind, sha256_bytes, sha256_file
 from ringfence.evidence.query import artifact_bytes, latest, record_ids
 from ringfence.evidence.report import Assessment, InputSummary, MatrixRow, write_report
+from ringfence.evidence.report.performance import LayerPerformance, layers
 from ringfence.evidence.store import NewRecord
 from ringfence.facts import Loaded, load_many
 from ringfence.facts.interface import read_bytes
@@ -119,6 +121,8 @@ def _load_facts(kind: str, paths: Sequence[str], content: Sequence[bytes]) -> tu
     loaded: list[Loaded] = load_many(kind, list(paths), list(content))
     if kind == "probes":
         value: object = tuple(r for lo in loaded for r in lo.value)
+    elif kind == "bench":
+        value = {"comparisons": [lo.value for lo in loaded]}  # one per layer (canary) compared
     elif len(loaded) == 1:
         value = loaded[0].value
     else:
@@ -296,7 +300,7 @@ def assess(
         "chain_head": str(head),
     }, inputs={policy_path.name: policy_sha})
     assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, all_inputs,
-                             classified, str(store_dir), head, warnings)
+                             classified, str(store_dir), head, warnings, performance(policy, gathered, fact_records))
     return AssessResult(assessment=assessment, reports=_write(assessment, output, formats), flows=classified)
 
 
@@ -309,9 +313,21 @@ def _judge(policy: Policy, facts: Facts, flows: pa.Table, progress: Progress) ->
     return evaluate_all(policy, dataclasses.replace(facts, flows=classified, taken=stamps)), classified
 
 
+def performance(policy: Policy, facts: Facts, records: Sequence[FactsRecord]) -> tuple[LayerPerformance, ...]:
+    """The bench side per layer; a comparison whose facts are undated or stale proves no pass."""
+    cited = tuple(r.record for r in records if r.kind == "bench" and r.record)
+    rows = layers(facts.bench, cited)
+    problem = fact_problem(policy, facts, "bench") if rows else None
+    if problem is None:
+        return rows
+    return tuple(dataclasses.replace(r, verdict="inconclusive", reasons=(*r.reasons, problem))
+                 if r.verdict == "pass" else r for r in rows)
+
+
 def _assessment(policy: Policy, policy_path: Path, policy_sha: str, generated: datetime,
                 results: Sequence[ControlResult], inputs: tuple[InputSummary, ...], classified: pa.Table,
-                store: str, head: ChainHead, warnings: tuple[str, ...]) -> Assessment:
+                store: str, head: ChainHead, warnings: tuple[str, ...],
+                perf: tuple[LayerPerformance, ...] = ()) -> Assessment:
     return Assessment(
         cluster=policy.cluster,
         policy_path=str(policy_path),
@@ -324,6 +340,7 @@ def _assessment(policy: Policy, policy_path: Path, policy_sha: str, generated: d
         evidence_store=store,
         chain_head=head,
         warnings=warnings,
+        performance=perf,
     )
 
 
@@ -379,11 +396,12 @@ def assess_from_store(
     records = [FactsRecord(e["kind"], tuple(e["paths"]), tuple(e["artifacts"]), "", ()) for e in data["facts"]]
     head = ChainHead.parse(data["chain_head"])
     # The ids the original run cited were resolved then; ids of facts files map to the same records.
-    known = record_ids(store)
-    results = resolve_evidence(results, known, _recorded(store, records))
+    found = _recorded(store, records)
+    results = resolve_evidence(results, record_ids(store), found)
     inputs = tuple(InputSummary(**i) for i in data["inputs"])
     assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, inputs,
-                             classified, str(store_dir), head, tuple(data["warnings"]))
+                             classified, str(store_dir), head, tuple(data["warnings"]),
+                             performance(policy, facts, found))
     return AssessResult(assessment=assessment, reports=_write(assessment, output, formats), flows=classified)
 
 

@@ -20,7 +20,7 @@ from ringfence.evidence.report.terminal import print_summary
 
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
-                "keys": "keys"}
+                "keys": "keys", "bench": "bench"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -77,6 +77,8 @@ def register(sub: Any) -> None:
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
+    p.add_argument("--bench", action="append", metavar="FILE",
+                   help="a budget-gate result from `ringfence bench compare --json -o` (repeatable: one per layer)")
     p.add_argument("--allow-unknown", action="store_true",
                    help="exit 0 even when controls are not proven (printed loudly; default: exit 3)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from ringfence.facts import changes, containment, keys, probes, ruleset
+from ringfence.facts import bench, changes, containment, keys, probes, ruleset
 from ringfence.facts.interface import MAX_DEPTH, FactsFileError, Loaded
 
 #: Facts field → loader of one or more files of that kind.
@@ -20,6 +20,7 @@ LOADERS: Final[dict[str, Callable[..., Loaded]]] = {
     "changes": changes.load,
     "containment": containment.load,
     "keys": keys.load,
+    "bench": bench.load,
 }
 
 
