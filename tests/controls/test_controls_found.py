@@ -174,3 +174,35 @@ def test_naive_times_in_facts_prove_nothing_and_never_raise() -> None:
     assert results["change_control"].verdict is not Verdict.PASS
     assert results["encryption_keys"].verdict is not Verdict.PASS
     assert NOW.tzinfo is not None
+
+
+def _point(**change: Any) -> dict[str, Any]:
+    fabric = {**RULESET["points"]["fabric"], **change}
+    return {**RULESET, "points": {"fabric": fabric}}
+
+
+@pytest.mark.parametrize(
+    ("change", "subject", "words"),
+    [
+        ({"missing_flows": ["admin-ssh"]}, "enforcement point fabric: flow admin-ssh", "has no accept rule"),
+        ({"extra_flows": ["aux-lateral"]}, "enforcement point fabric: flow aux-lateral", "does not place here"),
+        ({"audit": True}, "enforcement point fabric", "audit mode"),
+        ({"present": False}, "enforcement point fabric", "nothing enforces"),
+    ],
+)
+def test_zones_judges_the_live_ruleset_drift_fails_naming_the_rule(change: dict[str, Any], subject: str,
+                                                                   words: str) -> None:
+    result = by_control(POLICY, dataclasses.replace(complete(), ruleset=_point(**change)))["zones"]
+    assert result.verdict is Verdict.FAIL
+    assert any(f.subject == subject and words in f.message for f in result.findings if f.verdict is Verdict.FAIL)
+
+
+def test_zones_without_the_live_ruleset_is_unknown() -> None:
+    result = by_control(POLICY, dataclasses.replace(complete(), ruleset=None))["zones"]
+    assert result.verdict is Verdict.UNKNOWN
+    assert any(f.requirement == "live-state-matches" for f in result.findings if f.verdict is Verdict.UNKNOWN)
+
+
+def test_ruleset_gathered_for_another_matrix_proves_nothing() -> None:
+    result = by_control(POLICY, dataclasses.replace(complete(), ruleset=_point(expected_flows=["old"])))["zones"]
+    assert result.verdict is Verdict.UNKNOWN

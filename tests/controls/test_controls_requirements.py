@@ -48,8 +48,11 @@ PROBES = (
     ProbeResult("user", "mgmt:8000", "tcp", 8000, "allow", "connected", None, "HTTP 200", ("ev-probe",), "user-submit"),
 )
 
+APPROVED_IDS = sorted(f.id for f in POLICY.approved)
 RULESET: dict[str, Any] = {
-    "points": {"fabric": {"accepted_packets": {"train-a-storage": 12, "user-submit": 4}}},
+    "points": {"fabric": {"present": True, "audit": False, "rules": 20, "flows": APPROVED_IDS,
+                          "expected_flows": APPROVED_IDS, "missing_flows": [], "extra_flows": [], "enforced": True,
+                          "accepted_packets": {"train-a-storage": 12, "user-submit": 4}}},
     "denied": [{"source": AUX, "destination": STORAGE, "proto": "tcp", "port": 8080, "packets": 3, "bytes": 180,
                 "where": ["fabric/inet"]}],
     "egress": [],
