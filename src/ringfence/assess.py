@@ -62,6 +62,19 @@ def _quiet(_: str) -> None:
     return None
 
 
+def _ingest(progress: Progress, path: Path) -> Callable[[int, int], None]:
+    """A reader's (done, total) bytes as a line every tenth of the file (a capture can take a while)."""
+    shown = [0]
+
+    def report(done: int, total: int) -> None:
+        tenth = 10 * done // total if total else 10
+        if tenth > shown[0]:
+            shown[0] = tenth
+            progress(f"reading {path}: {10 * tenth} % of {total} bytes")
+
+    return report
+
+
 def read_inputs(
     paths: Sequence[Path], store: EvidenceStore, progress: Progress = _quiet
 ) -> tuple[pa.Table, tuple[InputSummary, ...], tuple[str, ...], tuple[str, ...]]:
@@ -73,7 +86,7 @@ def read_inputs(
     for path in paths:
         progress(f"reading {path}")
         digest = sha256_file(path)
-        result = read_any(path)
+        result = read_any(path, progress=_ingest(progress, path))
         kind = (result.flows.column("source")[0].as_py() or "").split(":", 1)[0] if result.flows.num_rows else ""
         warnings.extend(f"{path}: {w}" for w in result.warnings)
         ev = store.append(

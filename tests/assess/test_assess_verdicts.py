@@ -96,3 +96,13 @@ def test_facts_files_are_recorded_with_their_sha256(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert {"name": str(probes), "kind": "probes", "sha256": sha256_file(probes)}.items() <= next(
         i for i in report["inputs"] if i["kind"] == "probes").items()
+
+
+def test_assess_shows_progress_on_ingest(tmp_path: Path) -> None:
+    from ringfence.assess import assess
+
+    lines: list[str] = []
+    shipped = ROOT / "examples" / "lab-as-found.pcap"
+    assess(POLICY, [shipped], store_dir=tmp_path / "ev", progress=lines.append)
+    ingest = [line for line in lines if line.startswith(f"reading {shipped}: ")]
+    assert ingest and ingest[-1].startswith(f"reading {shipped}: 100 %")

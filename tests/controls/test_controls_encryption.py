@@ -35,7 +35,7 @@ def _exception(expires: str, subject: str = "class:collective") -> Any:
 def test_plaintext_on_required_class_fails_naming_class_and_bytes() -> None:
     f = evaluate(POLICY, facts_for(POLICY, [{"src": W0, "dst": STORAGE, "dport": 8080, "bytes": 4096}]))
     fail = next(x for x in f if x.verdict is Verdict.FAIL)
-    assert fail.subject == "flow 10.77.1.10:40000 → 10.77.2.10:8080 (storage)"
+    assert fail.subject == "flow 10.77.1.10:40000 [worker-0] → 10.77.2.10:8080 [storage · storage-http] (storage)"
     assert "plaintext payload on class storage" in fail.message and "4.1 kB" in fail.message
 
 

@@ -71,12 +71,21 @@ def _endpoint(addr: str, port: int | None) -> str:
     return host if port is None else f"{host}:{port}"
 
 
+def _named(row: Mapping[str, Any], side: str) -> str:
+    # Inventory names beside the address: an investigation starts from names, not bare IPs.
+    names = [n for n in (row.get(f"{side}_node"), row.get("service") if side == "dst" else None) if n]
+    return f" [{' · '.join(str(n) for n in names)}]" if names else ""
+
+
 def flow_subject(row: Mapping[str, Any]) -> str:
-    """``flow 10.77.1.50:41234 → 10.77.2.10:8080 (unclassified)`` (``(udp, storage)`` if not TCP)."""
+    """``flow 10.77.1.50:41234 [aux] → 10.77.2.10:8080 [storage · storage-http] (storage)``: inventory
+    names beside addresses (none for an address outside the inventory); ``(udp, storage)`` if not TCP."""
     proto = row.get("proto")
     kind = row.get("class") or "unclassified"
     label = kind if proto == 6 else f"{proto_name(proto)}, {kind}"
-    return f"flow {_endpoint(row['src'], row.get('sport'))} → {_endpoint(row['dst'], row.get('dport'))} ({label})"
+    src = _endpoint(row["src"], row.get("sport")) + _named(row, "src")
+    dst = _endpoint(row["dst"], row.get("dport")) + _named(row, "dst")
+    return f"flow {src} → {dst} ({label})"
 
 
 def who(row: Mapping[str, Any], side: str) -> str:
