@@ -72,14 +72,16 @@ def test_unapproved_flow_fails_in_its_control(row: dict, control: str, words: st
 
 def test_subject_names_the_flow() -> None:
     results = by_control(POLICY, facts_for(POLICY, [{"src": AUX, "dst": STORAGE, "sport": 41234, "dport": 8081}]))
-    assert ("fail", "flow 10.77.1.50:41234 → 10.77.2.10:8081 (unclassified)") in verdicts(results["zones"])
+    # inventory names beside the addresses
+    subject = "flow 10.77.1.50:41234 [aux] → 10.77.2.10:8081 [storage] (unclassified)"
+    assert ("fail", subject) in verdicts(results["zones"])
 
 
 def test_no_flows_is_unknown_not_pass() -> None:
     results = by_control(POLICY, Facts(now=NOW))
     for cid in ("zones", "admin_paths", "storage_flows", "training_traffic", "egress", "telemetry"):
         assert results[cid].verdict is Verdict.UNKNOWN
-        assert any("ringfence assess --captures" in f.message for f in results[cid].findings)
+        assert any("ringfence assess POLICY --captures" in f.message for f in results[cid].findings)
 
 
 def test_findings_are_capped_with_a_summary() -> None:

@@ -1,20 +1,31 @@
-"""``ringfence assess POLICY --captures FILE... --output DIR``."""
+"""``ringfence assess POLICY --captures FILE... --output DIR [--probes F …] [--allow-unknown]``.
+
+Exit codes: 0 only when every control is pass or exempt; 1 when any fails; 3 when none fails but some
+are not proven (``--allow-unknown`` accepts them — and says so loudly); 2 on bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from ringfence.assess import DEFAULT_FORMATS, assess
-from ringfence.controls.interface import Facts
+from ringfence.assess import DEFAULT_FORMATS, FactsInput, assess, assess_from_store
 from ringfence.errors import InputError
 from ringfence.evidence.report import RENDERERS, exit_code
 from ringfence.evidence.report.terminal import print_summary
+
+#: CLI option (dest) → Facts field, for the facts files other verbs write.
+FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
+                "keys": "keys", "bench": "bench"}
+
+
+def _paths(args: argparse.Namespace, dest: str) -> list[str]:
+    value = getattr(args, dest)
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -26,64 +37,39 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             err.print(f"[dim]{msg}[/dim]")
 
-    result = assess(
-        Path(args.policy),
-        [Path(p) for p in args.captures],
-        store_dir=store,
-        output=output,
-        formats=args.format or list(DEFAULT_FORMATS),
-        progress=progress,
-        facts=_gathered_facts(args),
-    )
+    files = tuple(FactsInput(field, Path(p)) for dest, field in FACT_OPTIONS.items() for p in _paths(args, dest))
+    formats = args.format or list(DEFAULT_FORMATS)
+    if args.evidence:
+        if args.captures or files:
+            raise InputError("--evidence", "judges from the store alone: give no --captures or facts files with it")
+        result = assess_from_store(Path(args.policy), Path(args.evidence), output=output, formats=formats,
+                                   progress=progress)
+    elif not args.captures:
+        raise InputError("--captures", "give the captures or flow logs to judge (or --evidence STORE)")
+    else:
+        result = assess(Path(args.policy), [Path(p) for p in args.captures], store_dir=store, output=output,
+                        formats=formats, progress=progress, fact_files=files)
     print_summary(result.assessment, Console(file=sys.stdout))
     for path in result.reports:
         err.print(f"wrote {path}")
-    return exit_code(result.assessment)
-
-
-def load_key_facts(path: str) -> dict[str, Any]:
-    """Key-management facts (`ringfence verify keys -o FILE`): one JSON object, as the controls read it."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(path, f"cannot read key facts: {exc.strerror or exc}") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(path, f"key facts are not JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise InputError(path, "key facts must be one JSON object")
-    keys = doc.get("keys", doc)
-    if not isinstance(keys, dict):
-        raise InputError(path, "key facts: 'keys' must be an object")
-    return keys
-
-
-def _gathered_facts(args: argparse.Namespace) -> Facts:
-    """Facts gathered by other verbs (probe, apply, contain, verify) and passed in as files."""
-    from ringfence.enforce.facts import (
-        load_change_facts,
-        load_containment_facts,
-        load_probe_facts,
-        load_ruleset_facts,
-    )
-
-    probes = tuple(p for path in args.probes for p in load_probe_facts(path)) if args.probes else None
-    return Facts(
-        probes=probes,
-        ruleset=load_ruleset_facts(args.ruleset) if args.ruleset else None,
-        changes=load_change_facts(args.changes) if args.changes else None,
-        containment=load_containment_facts(*args.containment) if args.containment else None,
-        keys=load_key_facts(args.keys) if args.keys else None,
-    )
+    code = exit_code(result.assessment, allow_unknown=args.allow_unknown)
+    unproven = result.assessment.summary.controls.unknown
+    if args.allow_unknown and unproven and code == 0:
+        err.print(f"[bold red]WARNING: --allow-unknown: {unproven} control(s) NOT PROVEN were accepted; "
+                  "this run proves less than it exits with[/bold red]")
+    return code
 
 
 def register(sub: Any) -> None:
     """Add the ``assess`` verb."""
-    p = sub.add_parser("assess", help="judge the ten control points from captures and flow logs")
+    p = sub.add_parser("assess", help="judge the ten control points from captures, flow logs and gathered facts")
     p.add_argument("policy", help="the policy file (ringfence.yaml)")
-    p.add_argument("--captures", "--flows", nargs="+", required=True, metavar="FILE",
+    p.add_argument("--captures", "--flows", nargs="+", metavar="FILE",
                    help="pcap/pcapng captures or flow logs (Zeek, Hubble, VPC, NetFlow); format detected by content")
     p.add_argument("-o", "--output", default="out", help="directory for the reports (default: out)")
     p.add_argument("--store", help="evidence store directory (default: OUTPUT/evidence)")
+    p.add_argument("--evidence", metavar="STORE",
+                   help="judge again from this store's last recorded assessment (its flows, facts and clock)")
     p.add_argument("--format", action="append", choices=sorted(set(RENDERERS) - {"terminal"}),
                    help="report format to write (repeatable; default: json, html, junit)")
     p.add_argument("--probes", action="append", metavar="FILE", help="probe results from `ringfence probe -o`")
@@ -91,5 +77,12 @@ def register(sub: Any) -> None:
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
+    p.add_argument("--bench", action="append", metavar="FILE",
+                   help="a budget-gate result from `ringfence bench compare --json -o` (repeatable: one per layer)")
+    p.add_argument("--allow-unknown", action="store_true",
+                   help="exit 0 even when controls are not proven (printed loudly; default: exit 3)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
+
+
+__all__ = ["FACT_OPTIONS", "register"]

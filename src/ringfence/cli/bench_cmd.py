@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from ringfence.bench.placement import lab_ranks, local_ranks, split_interfaces
 from ringfence.bench.plot import svg_chart
 from ringfence.bench.run import BenchRun, RunFileError, load_run, run_to_dict, save_run
 from ringfence.errors import InputError
+from ringfence.evidence.interface import sha256_file
 from ringfence.policy import load_policy
 
 
@@ -131,7 +133,15 @@ def _compare(args: argparse.Namespace) -> int:
         for metric in ("busbw", "p99"):
             write_atomic(out / f"{metric}.svg", svg_chart(baseline, candidate, metric).encode())
         print(f"wrote {out}/busbw.svg and {out}/p99.svg", file=sys.stderr)
-    text = json.dumps(result.to_dict(), indent=1) + "\n" if args.json else result.summary() + "\n"
+    # The JSON form is the bench facts file `assess --bench` reads: tagged, and dated for its maximum age.
+    doc = {"format": "ringfence-bench-compare/1", "taken": datetime.now(UTC).isoformat(), **result.to_dict()}
+    if args.evidence:
+        from ringfence.evidence import EvidenceStore, RecordKind
+
+        EvidenceStore.open(Path(args.evidence)).append(
+            RecordKind.OBSERVATION, source="bench.compare", subject=f"{args.baseline} vs {args.candidate}", data=doc,
+            inputs={Path(f).name: sha256_file(f) for f in (args.baseline, args.candidate)})
+    text = json.dumps(doc, indent=1) + "\n" if args.json else result.summary() + "\n"
     if args.output:
         write_atomic(args.output, text.encode())
         print(result.summary().splitlines()[0], file=sys.stderr)
@@ -189,7 +199,8 @@ def register(sub: Any) -> None:
     c.add_argument("--confidence", type=float, help="interval confidence (default 0.95)")
     c.add_argument("--placement", choices=("out-of-place", "in-place"), default="out-of-place",
                    help="which nccl-tests half to import")
-    c.add_argument("--json", action="store_true", help="machine-readable output")
+    c.add_argument("--json", action="store_true", help="machine-readable output (the facts `assess --bench` reads)")
+    c.add_argument("--evidence", metavar="STORE", help="record the comparison in this evidence store")
     c.add_argument("--charts", help="directory to write busbw.svg and p99.svg into")
     c.add_argument("-o", "--output", help="write the result here instead of stdout")
     c.set_defaults(func=_compare)

@@ -32,19 +32,29 @@ LIST_CAP = 150
 
 #: How to gather each fact a control may lack (named in ``unknown`` findings).
 GATHER: Mapping[str, str] = {
-    "flows": "no flow observations: pass captures or flow logs to `ringfence assess --captures`",
+    "flows": "no flow observations: pass captures or flow logs to `ringfence assess POLICY --captures FILE`",
     "probes": (
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),
     "keys": (
-        "no key-management evidence (rotation, fail-closed on mismatch): run `ringfence verify keys` "
-        "and pass its results to assess"
+        "no key-management evidence (rotation, fail-closed on mismatch): run "
+        "`ringfence verify keys --target lab -o keys.json` and pass `--keys keys.json`"
     ),
-    "changes": "no change history: apply rulesets with `ringfence apply`, which records each version",
-    "containment": "no containment drill results: run a drill with `ringfence contain --node NODE` (then --release)",
+    "ruleset": (
+        "no live ruleset facts: run `ringfence probe POLICY --target lab -o probes.json --ruleset ruleset.json` "
+        "and pass `--ruleset ruleset.json`"
+    ),
+    "changes": (
+        "no change history: apply rulesets with `ringfence apply POLICY --target lab --approved-by WHO`, which "
+        "records each version, then `ringfence probe POLICY --target lab -o probes.json --changes changes.json`"
+    ),
+    "containment": (
+        "no containment drill results: run `ringfence contain --node NODE --drill --target lab -o containment.json` "
+        "and pass `--containment containment.json`"
+    ),
     "identity": (
         "no flow carries a workload identity: import identity-aware flows (e.g. Hubble JSON) "
-        "with `ringfence assess --captures`"
+        "with `ringfence assess POLICY --captures FILE`"
     ),
 }
 
@@ -61,12 +71,21 @@ def _endpoint(addr: str, port: int | None) -> str:
     return host if port is None else f"{host}:{port}"
 
 
+def _named(row: Mapping[str, Any], side: str) -> str:
+    # Inventory names beside the address: an investigation starts from names, not bare IPs.
+    names = [n for n in (row.get(f"{side}_node"), row.get("service") if side == "dst" else None) if n]
+    return f" [{' · '.join(str(n) for n in names)}]" if names else ""
+
+
 def flow_subject(row: Mapping[str, Any]) -> str:
-    """``flow 10.77.1.50:41234 → 10.77.2.10:8080 (unclassified)`` (``(udp, storage)`` if not TCP)."""
+    """``flow 10.77.1.50:41234 [aux] → 10.77.2.10:8080 [storage · storage-http] (storage)``: inventory
+    names beside addresses (none for an address outside the inventory); ``(udp, storage)`` if not TCP."""
     proto = row.get("proto")
     kind = row.get("class") or "unclassified"
     label = kind if proto == 6 else f"{proto_name(proto)}, {kind}"
-    return f"flow {_endpoint(row['src'], row.get('sport'))} → {_endpoint(row['dst'], row.get('dport'))} ({label})"
+    src = _endpoint(row["src"], row.get("sport")) + _named(row, "src")
+    dst = _endpoint(row["dst"], row.get("dport")) + _named(row, "dst")
+    return f"flow {src} → {dst} ({label})"
 
 
 def who(row: Mapping[str, Any], side: str) -> str:
@@ -277,14 +296,18 @@ def judge_probe(meta: ControlMeta, probe: ProbeResult) -> Finding:
 
 
 def parse_time(value: object) -> datetime | None:
-    """A datetime from a fact value (datetime or ISO text), None if absent or unreadable."""
-    if isinstance(value, datetime):
-        return value
+    """An aware datetime from a fact value (datetime or ISO text); None if absent, unreadable or naive.
+
+    A naive time cannot be compared with the assessment's aware clock, and guessing its zone could
+    make a stale fact look fresh: it proves nothing (the facts schemas reject it at the edge).
+    """
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return None
+    if isinstance(value, datetime) and value.tzinfo is not None and value.utcoffset() is not None:
+        return value
     return None
 
 

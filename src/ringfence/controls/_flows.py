@@ -10,6 +10,7 @@ the rows that become findings (at most :data:`~ringfence.controls._common.LIST_C
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -19,10 +20,26 @@ import pyarrow.compute as pc
 
 from ringfence.analyze import group_flows
 from ringfence.controls._common import GATHER, LIST_CAP, failing, flow_keys, flow_subject, judge_probe, unknown, volume
-from ringfence.controls.interface import ControlMeta, Facts, Finding, ProbeResult, Verdict
+from ringfence.controls.interface import ControlMeta, Facts, Finding, ProbeResult, Requirement, Side, Verdict
 from ringfence.policy import Policy
 
 ROUTES = ("admin_paths", "egress", "storage_flows", "training_traffic", "zones")
+
+#: Requirement ids shared by the five path controls.
+OBSERVED, BLOCKED, ABSENT = "approved-path-observed", "deny-probe-blocked", "no-unapproved-flow"
+CAPTURE = "ringfence lab capture --seconds 10 -o capture.pcap"
+PROBE = "ringfence probe POLICY --target lab -o probes.json"
+
+
+def path_requirements(permitted: str, denied: str, scope: str) -> tuple[Requirement, ...]:
+    """The acceptance of a path control: the permitted path observed; the denied one blocked by policy
+    (a deny probe whose drop counter moved) and absent from a non-empty capture."""
+    return (
+        Requirement(OBSERVED, Side.PERMITTED, f"{permitted} (an approved flow observed)", ("flows",), CAPTURE),
+        Requirement(BLOCKED, Side.DENIED, f"{denied} (a deny probe blocked by policy)", ("probes",), PROBE),
+        Requirement(ABSENT, Side.DENIED, f"no unapproved flow to {scope} appears in the observed traffic",
+                    ("flows",), CAPTURE),
+    )
 
 # One grouped table per (flows, policy) pair: ten controls judge the same flows. The cache holds the
 # inputs themselves so their ids cannot be reused while the entry lives.
@@ -93,9 +110,11 @@ def flow_failures(
     table: pa.Table,
     message: Callable[[Mapping[str, Any]], str],
     what: str,
+    requirement: str = "",
 ) -> list[Finding]:
     """One finding per flow group of ``table`` (capped), each failing unless an exception covers it;
-    the groups not listed are summarised as exempt and failing counts.
+    the groups not listed are summarised as exempt and failing counts. Every finding but the
+    unanswered attempts is tagged with ``requirement`` (the one it contradicts, or meets by exception).
 
     A TCP attempt the responder never answered (no packet back, so no connection and no data) did
     not get through: it is ``unknown`` — likely dropped, but a drop by policy is proven only by a
@@ -130,6 +149,8 @@ def flow_failures(
                         facts.flow_evidence,
                     )
                 )
+    if requirement:
+        out = [f if f.verdict is Verdict.UNKNOWN else dataclasses.replace(f, requirement=requirement) for f in out]
     return out
 
 
@@ -171,6 +192,7 @@ def approved_passes(meta: ControlMeta, policy: Policy, facts: Facts, table: pa.T
                 f"permitted path observed ({ends}): {row['src_count']} flow(s), "
                 f"{volume(row['records_sum'], row['bytes_sum'])}",
                 facts.flow_evidence,
+                requirement=OBSERVED,
             )
         )
     return out[:LIST_CAP]
@@ -209,7 +231,10 @@ def probe_findings(meta: ControlMeta, policy: Policy, facts: Facts, scope: str) 
     if facts.probes is None:
         return [unknown(meta, f"denied paths ({scope})", "probes", "no denied behaviour proven")]
     mine = [p for p in facts.probes if probe_route(policy, p) == meta.id]
-    out = [judge_probe(meta, p) for p in mine]
+    # Deny probes prove (or contradict) the denied side; allow probes are judged, but a connecting
+    # allow probe is not an observed flow and meets no requirement on its own.
+    out = [dataclasses.replace(judge_probe(meta, p), requirement=BLOCKED if p.expected == "deny" else "")
+           for p in mine]
     if not any(p.expected == "deny" for p in mine):
         out.append(
             Finding(
@@ -237,17 +262,29 @@ def judge_paths(
     else:
         mine = table.filter(pc.equal(table.column("route"), meta.id))
         approved = pc.fill_null(mine.column("approved"), False)
-        out += flow_failures(meta, policy, facts, mine.filter(pc.invert(approved)), message, "unapproved flows")
+        unapproved = mine.filter(pc.invert(approved))
+        out += flow_failures(meta, policy, facts, unapproved, message, "unapproved flows", ABSENT)
+        if unapproved.num_rows == 0:
+            sources = ", ".join(facts.flow_sources) or "the flow inputs"
+            out.append(Finding(meta.id, Verdict.PASS, f"unapproved flows ({scope})",
+                               f"none among {int(pc.sum(table.column('records')).as_py() or 0)} observed flow "
+                               f"record(s) ({sources})", facts.flow_evidence, requirement=ABSENT))
         out += approved_passes(meta, policy, facts, mine.filter(approved))
     return out + probe_findings(meta, policy, facts, scope)
 
 
 __all__ = [
+    "ABSENT",
+    "BLOCKED",
+    "CAPTURE",
+    "OBSERVED",
+    "PROBE",
     "ROUTES",
     "approved_passes",
     "exception_mask",
     "flow_failures",
     "judge_paths",
+    "path_requirements",
     "probe_findings",
     "probe_route",
     "routed_flows",

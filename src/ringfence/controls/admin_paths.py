@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
-from ringfence.controls._flows import judge_paths
+from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
 
@@ -24,6 +24,11 @@ meta = ControlMeta(
         "cilium": "CiliumNetworkPolicy ingress to admin endpoints fromEndpoints: the jump host only",
         "process": "administration through the jump host only; remove keys and routes that allow other paths",
     },
+    requirements=path_requirements(
+        'the jump host reaches sshd along the approved administration path',
+        'a workload connecting to an administrative service times out or is reset by policy',
+        'administrative services',
+    ),
 )
 
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ringfence.controls._common import remediation_text, unknown
-from ringfence.controls.interface import ControlMeta, Facts, Finding, Verdict
+from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
 from ringfence.policy import Policy
+
+#: Requirement ids.
+ISOLATED, OTHERS, RESTORED = "isolated-by-policy", "others-unaffected", "restored"
+DRILL = "ringfence contain --node NODE --drill --target lab -o containment.json"
 
 meta = ControlMeta(
     id="containment",
@@ -21,17 +25,89 @@ meta = ControlMeta(
     "the node is restored when the drill ends. Denied: every path to and from the contained node times out "
     "or is reset by policy during the drill.",
     facts=("containment",),
+    requirements=(
+        Requirement(OTHERS, Side.PERMITTED,
+                    "during containment the rest of the cluster and the job keep communicating", ("containment",),
+                    DRILL),
+        Requirement(RESTORED, Side.PERMITTED, "the node is restored when the drill ends",
+                    ("containment",), DRILL),
+        Requirement(ISOLATED, Side.DENIED,
+                    "every path to and from the contained node is blocked by policy, at the node and the fabric",
+                    ("containment",), DRILL),
+    ),
     remediation={
         "nftables": "a per-node quarantine set matched first in every chain (drop in and out, keep logging)",
         "networkpolicy": "label the pod quarantined; a deny-all policy selects that label",
         "cilium": "label the endpoint quarantined; a CiliumNetworkPolicy denies all for that label",
-        "process": "run `ringfence contain` drills on a schedule; keep the incident-response plan current",
+        "process": "run `ringfence contain --node NODE --drill --target lab` drills on a schedule; keep the "
+        "incident-response plan current",
     },
 )
 
 
+def _is(value: object) -> bool:
+    # Only a real boolean True proves anything: "yes", 1, None and a missing key do not.
+    return value is True
+
+
+def _judge(known: set[str], d: Mapping[str, object]) -> list[Finding]:
+    node = str(d.get("node", "?"))
+    subject = f"containment of node {node}"
+    raw = d.get("evidence", ())
+    evidence = tuple(str(e) for e in raw) if isinstance(raw, list | tuple) else ()
+    if node not in known:
+        return [Finding(meta.id, Verdict.FAIL, subject, "the contained node is not in the inventory", evidence,
+                        remediation_text(meta), requirement=ISOLATED)]
+    seconds = d.get("seconds")
+    timing = f" in {seconds:.1f} s" if isinstance(seconds, int | float) and not isinstance(seconds, bool) else ""
+    points = d.get("points")
+    points = points if isinstance(points, Mapping) else {}
+    out: list[Finding] = []
+    isolated, by_policy = d.get("isolated"), d.get("by_policy")
+    if isolated is False:
+        out.append(Finding(meta.id, Verdict.FAIL, subject, "the node still communicated while contained", evidence,
+                           remediation_text(meta), requirement=ISOLATED))
+    else:
+        missing = [why for ok, why in (
+            (_is(isolated), f"isolation not measured (isolated: {isolated!r})"),
+            (_is(by_policy), f"isolation not shown to be caused by policy (by_policy: {by_policy!r})"),
+            (_is(points.get("node")), "no proven denial at the node's own ruleset"),
+            (_is(points.get("fabric")), "no proven denial at the fabric"),
+        ) if not ok]
+        if missing:
+            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, "; ".join(missing), evidence, requirement=ISOLATED))
+        else:
+            out.append(Finding(meta.id, Verdict.PASS, subject, f"isolated by policy at the node and the fabric{timing}",
+                               evidence, requirement=ISOLATED))
+    others = d.get("others_unaffected")
+    if others is False:
+        out.append(Finding(meta.id, Verdict.FAIL, f"{subject}: the rest of the cluster",
+                           "containment disrupted other nodes or the job", evidence, remediation_text(meta),
+                           requirement=OTHERS))
+    elif _is(others):
+        out.append(Finding(meta.id, Verdict.PASS, f"{subject}: the rest of the cluster",
+                           "other jobs kept training and the collector stayed reachable", evidence, requirement=OTHERS))
+    else:
+        out.append(Finding(meta.id, Verdict.UNKNOWN, f"{subject}: the rest of the cluster",
+                           f"not shown unaffected (others_unaffected: {others!r}; is another job watched?)", evidence,
+                           requirement=OTHERS))
+    restored = d.get("restored")
+    if restored is False:
+        out.append(Finding(meta.id, Verdict.FAIL, f"{subject}: release", "the node was not restored after the drill",
+                           evidence, remediation_text(meta), requirement=RESTORED))
+    elif _is(restored):
+        out.append(Finding(meta.id, Verdict.PASS, f"{subject}: release", "released; its approved paths connect again",
+                           evidence, requirement=RESTORED))
+    else:
+        out.append(Finding(meta.id, Verdict.UNKNOWN, f"{subject}: release",
+                           f"restoration not shown (restored: {restored!r}): release with "
+                           f"`ringfence contain --node {node} --release --target lab`", evidence, requirement=RESTORED))
+    return out
+
+
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
-    """Each containment drill: isolation by policy and no collateral damage pass; else fail."""
+    """Each drill: isolation by policy at both points, no collateral damage and restoration — each
+    proven by a real ``True``; ``False`` fails; anything else is unknown."""
     data = facts.containment
     if data is None:
         return [unknown(meta, "containment drills", "containment")]
@@ -40,33 +116,10 @@ def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
         return [unknown(meta, "containment drills", "containment", "the containment facts hold no drill")]
     known = {n.name for n in policy.nodes}
     out: list[Finding] = []
-    for d in drills:
+    for i, d in enumerate(drills):
         if not isinstance(d, Mapping):
+            out.append(Finding(meta.id, Verdict.UNKNOWN, f"containment drill #{i}",
+                               "the drill record is not an object"))
             continue
-        node = str(d.get("node", "?"))
-        subject = f"containment of node {node}"
-        evidence = tuple(str(e) for e in d.get("evidence", ()) or ())
-        problems, unproven = [], []
-        if node not in known:
-            problems.append("the node is not in the inventory")
-        if d.get("isolated") is False:
-            problems.append("the node still communicated while contained")
-        elif d.get("isolated") is None:
-            unproven.append("isolation not measured")
-        if d.get("isolated") is True and d.get("by_policy") is not True:
-            unproven.append("isolation not shown to be caused by policy")
-        if d.get("others_unaffected") is False:
-            problems.append("containment disrupted other nodes or the job")
-        if d.get("restored") is False:
-            problems.append("the node was not restored after the drill")
-        seconds = d.get("seconds")
-        timing = f" in {seconds:.1f} s" if isinstance(seconds, int | float) else ""
-        if problems:
-            out.append(Finding(meta.id, Verdict.FAIL, subject, "; ".join(problems), evidence, remediation_text(meta)))
-        elif unproven:
-            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, "; ".join(unproven), evidence))
-        else:
-            out.append(
-                Finding(meta.id, Verdict.PASS, subject, f"isolated by policy{timing}, rest unaffected", evidence)
-            )
+        out += _judge(known, d)
     return out

@@ -20,6 +20,13 @@ def markdown() -> str:
         "(`class:collective`, `flow:<approved id>`, `node:aux`, `zone:…`, `job:…`, `service:…`, `address:…`)",
         "and exempt while unexpired; an expired exception fails.",
         "",
+        "**How a verdict is earned.** Each control declares its acceptance as named requirements, for the",
+        "*permitted* side and the *denied* side, each satisfied only by recorded facts of the kinds listed.",
+        "`pass` needs every requirement met by a passing (or exempt) finding; a fact that contradicts the",
+        "policy is `fail`; a requirement whose facts are missing, empty, of unrecorded age or older than the",
+        "policy's `facts.max_age` (default 7d; `facts.per_fact` per kind) is `unknown`, naming the",
+        "requirement and the command that gathers its facts.",
+        "",
         "| id | title | facts |",
         "|---|---|---|",
     ]
@@ -35,6 +42,18 @@ def markdown() -> str:
             f"**Acceptance.** {m.acceptance}",
             "",
             f"**Facts read.** {', '.join(f'`{f}`' for f in m.facts)}",
+            "",
+            "**Requirements.**",
+            "",
+            "| side | requirement | proven by | gathered with |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.side.value} | `{r.id}`: {r.text} | {', '.join(f'`{f}`' for f in r.facts) or 'the policy'} "
+            f"| `{r.gather}` |"
+            for r in m.requirements
+        ]
+        lines += [
             "",
             "**Remediation.**",
             "",

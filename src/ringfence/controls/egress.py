@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
-from ringfence.controls._flows import judge_paths
+from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
 
@@ -24,6 +24,11 @@ meta = ControlMeta(
         "cilium": "CiliumNetworkPolicy egress with toCIDRSet/toFQDNs for the approved destinations only",
         "process": "route egress through an inspected gateway; approve each destination with an owner",
     },
+    requirements=path_requirements(
+        'storage replicates a checkpoint to the external replica along an approved egress flow',
+        'a workload connecting to an external address times out or is reset by policy',
+        'destinations outside the trust boundary',
+    ),
 )
 
 

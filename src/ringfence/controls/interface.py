@@ -37,6 +37,29 @@ class Finding:
     evidence: tuple[str, ...] = ()  # evidence-store ids
     remediation: str = ""
     volume: tuple[int, int] | None = None  # (records, bytes) behind a flow finding, exact; None if not a count
+    requirement: str = ""  # id of the control's requirement this finding proves or contradicts ("" if none)
+
+
+class Side(StrEnum):
+    """Which half of a control's acceptance a requirement proves."""
+
+    PERMITTED = "permitted"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One named piece of a control's acceptance, and the recorded facts that alone can satisfy it.
+
+    ``facts`` are :class:`Facts` fields, all needed (empty: judged from the policy itself); ``gather``
+    is the ``ringfence`` command line that gathers them, named in the ``unknown`` finding when unmet.
+    """
+
+    id: str
+    side: Side
+    text: str
+    facts: tuple[str, ...]
+    gather: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +72,7 @@ class ControlMeta:
     acceptance: str  # the evidence that accepts it: a permitted AND a denied behaviour
     facts: tuple[str, ...]  # names of the Facts fields it reads
     remediation: Mapping[str, str]  # per target: "nftables", "networkpolicy", "cilium", "process"
+    requirements: tuple[Requirement, ...] = ()  # the acceptance as code: pass needs every one met
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,9 @@ class Facts:
     bench: Mapping[str, Any] | None = None  # canary comparison
     changes: Sequence[Mapping[str, Any]] | None = None  # applied ruleset versions
     containment: Mapping[str, Any] | None = None  # containment drill results
+    # When each fact was gathered (Facts field name → aware time). A fact without a time has an unknown
+    # age, so no requirement it feeds can pass: freshness is part of the proof.
+    taken: Mapping[str, datetime] = field(default_factory=dict)
 
 
 class Control(Protocol):
@@ -125,6 +152,8 @@ __all__ = [
     "Facts",
     "Finding",
     "ProbeResult",
+    "Requirement",
+    "Side",
     "Verdict",
     "aggregate",
 ]

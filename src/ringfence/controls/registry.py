@@ -26,7 +26,8 @@ from ringfence.controls import (
     zones,
 )
 from ringfence.controls._common import CONTROL_IDS, cap_findings
-from ringfence.controls.interface import ControlMeta, ControlResult, Facts, Finding, aggregate
+from ringfence.controls.interface import ControlMeta, ControlResult, Facts, Finding, Side, aggregate
+from ringfence.controls.requirements import enforce_requirements
 from ringfence.errors import RingfenceError
 from ringfence.policy import Policy
 
@@ -82,10 +83,26 @@ def validate(modules: tuple[ModuleType, ...]) -> Mapping[str, Registered]:
         unknown_facts = [f for f in meta.facts if f not in fact_fields]
         if unknown_facts or not meta.facts:
             raise RegistryError(f"control {meta.id} declares facts {unknown_facts or '(none)'} not in Facts")
+        _check_requirements(meta)
         out[meta.id] = Registered(meta, fn)
     if tuple(out) != CONTROL_IDS:
         raise RegistryError(f"the registry must hold exactly {', '.join(CONTROL_IDS)} in order; has {', '.join(out)}")
     return MappingProxyType(out)
+
+
+def _check_requirements(meta: ControlMeta) -> None:
+    sides = {r.side for r in meta.requirements}
+    if sides != set(Side):
+        raise RegistryError(f"control {meta.id} must declare requirements for both the permitted and the denied side")
+    ids = [r.id for r in meta.requirements]
+    if len(set(ids)) != len(ids):
+        raise RegistryError(f"control {meta.id} declares a requirement id twice: {sorted(ids)}")
+    for r in meta.requirements:
+        stray = [f for f in r.facts if f not in meta.facts]
+        if stray:
+            raise RegistryError(f"control {meta.id} requirement {r.id} needs facts {stray} the control does not read")
+        if not r.text.strip() or not r.gather.startswith("ringfence "):
+            raise RegistryError(f"control {meta.id} requirement {r.id} needs a text and a `ringfence …` gather command")
 
 
 #: id → control, in report order; validated at import.
@@ -96,7 +113,7 @@ def evaluate_all(policy: Policy, facts: Facts) -> list[ControlResult]:
     """Evaluate the ten controls; each result carries its owner from ``policy.controls``."""
     results = []
     for cid, control in REGISTRY.items():
-        findings = cap_findings(cid, control.evaluate(policy, facts))
+        findings = cap_findings(cid, enforce_requirements(control.meta, policy, facts, control.evaluate(policy, facts)))
         owner = policy.controls.get(cid)
         results.append(
             ControlResult(

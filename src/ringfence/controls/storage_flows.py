@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
-from ringfence.controls._flows import judge_paths
+from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
 
@@ -24,6 +24,11 @@ meta = ControlMeta(
         "cilium": "CiliumNetworkPolicy on storage endpoints: fromEndpoints matching the job identity",
         "process": "grant dataset access per job in `approved:`; revoke credentials of unapproved readers",
     },
+    requirements=path_requirements(
+        'a training rank reads a dataset shard from storage',
+        'a non-member reading datasets times out or is reset by policy',
+        'storage services',
+    ),
 )
 
 

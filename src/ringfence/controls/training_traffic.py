@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
-from ringfence.controls._flows import judge_paths
+from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
 
@@ -24,6 +24,11 @@ meta = ControlMeta(
         "cilium": "CiliumNetworkPolicy per job: fromEndpoints with the job identity, ports = collective range",
         "process": "partition the fabric per job (PKEY/VLAN/VRF) and keep job membership in the policy current",
     },
+    requirements=path_requirements(
+        'ranks of a job exchange gradients on its collective ports',
+        "a non-member or another job's rank connecting to a collective port times out or is reset by policy",
+        "a job's collective ports",
+    ),
 )
 
 

@@ -1,11 +1,14 @@
 """Control point ``workload_identity``: workloads are known by identity, not only by address.
 
-Reads ``Facts.keys["certificates"]`` when gathered: ``[{"identity": "spiffe://…", "node": "worker-0",
-"not_after": "2026-12-01T00:00:00+00:00"}]``.
+Reads the certificates ``ringfence verify keys`` writes (``Facts.keys["inventory"]``, entries of kind
+``certificate``: ``{"kind": "certificate", "identity": "spiffe://…", "node": "storage", "not_after": "…"}``)
+and its credential checks (``Facts.keys["credentials"]``: expired, revoked and foreign-CA certificates
+that must be refused).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,8 +16,12 @@ import pyarrow.compute as pc
 
 from ringfence.controls._common import LIST_CAP, failing, flow_keys, flow_subject, parse_time, remediation_text, unknown
 from ringfence.controls._flows import routed_flows
-from ringfence.controls.interface import ControlMeta, Facts, Finding, Verdict
+from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
 from ringfence.policy import Policy, Trust
+
+#: Requirement ids.
+ON_WIRE, CERTS, REFUSED = "identity-on-wire", "certificates-valid", "foreign-credential-refused"
+VERIFY = "ringfence verify keys --target lab -o keys.json"
 
 meta = ControlMeta(
     id="workload_identity",
@@ -24,6 +31,13 @@ meta = ControlMeta(
     acceptance="Permitted: a rank presenting its job identity is accepted by its peer. Denied: a workload "
     "presenting another workload's identity (or none) is flagged and refused by mTLS.",
     facts=("flows", "keys"),
+    requirements=(
+        Requirement(ON_WIRE, Side.PERMITTED, "identities presented on the wire match the inventory", ("flows",),
+                    "ringfence assess POLICY --captures hubble.json"),
+        Requirement(CERTS, Side.PERMITTED, "workloads hold valid certificates for their identities", ("keys",), VERIFY),
+        Requirement(REFUSED, Side.DENIED, "an expired, revoked or foreign-CA credential is refused by mTLS",
+                    ("keys",), VERIFY),
+    ),
     remediation={
         "nftables": "not enforceable by addresses alone: pair address sets with mTLS on the services",
         "networkpolicy": "select peers by service-account labels, and enforce mTLS in the mesh",
@@ -86,7 +100,8 @@ def _judge_flows(policy: Policy, facts: Facts) -> list[Finding]:
         if problems:
             bad_rows.append((row, "; ".join(problems)))
     for row, why in bad_rows[:LIST_CAP]:
-        out.append(failing(meta, policy, facts, flow_subject(row), why, flow_keys(row), facts.flow_evidence))
+        f = failing(meta, policy, facts, flow_subject(row), why, flow_keys(row), facts.flow_evidence)
+        out.append(dataclasses.replace(f, requirement=ON_WIRE))
     if len(bad_rows) > LIST_CAP:
         out.append(
             Finding(
@@ -94,58 +109,82 @@ def _judge_flows(policy: Policy, facts: Facts) -> list[Finding]:
             )
         )
     out += [
-        Finding(meta.id, Verdict.PASS, f"identity {ident}", f"presented on {n} flow(s), consistent with the inventory")
+        Finding(meta.id, Verdict.PASS, f"identity {ident}", f"presented on {n} flow(s), consistent with the inventory",
+                facts.flow_evidence, requirement=ON_WIRE)
         for ident, n in sorted(good.items())
     ][:LIST_CAP]
     return out
 
 
+def _certificates(keys: Mapping[str, Any]) -> list[Any] | None:
+    inv = keys.get("inventory")
+    if isinstance(inv, list):
+        return [c for c in inv if isinstance(c, Mapping) and c.get("kind") == "certificate"]
+    legacy = keys.get("certificates")  # hand-written facts of the first format
+    return legacy if isinstance(legacy, list) else None
+
+
 def _judge_certificates(policy: Policy, facts: Facts) -> list[Finding]:
     keys = facts.keys
-    certs = keys.get("certificates") if keys is not None else None
-    if not isinstance(certs, list):
-        detail = "no certificate inventory in the key facts" if keys is not None else ""
+    certs = _certificates(keys) if keys is not None else None
+    if not certs:
+        detail = "no certificate in the key facts' inventory" if keys is not None else ""
         return [unknown(meta, "workload certificates", "keys", detail)]
     out: list[Finding] = []
     have: set[str] = set()
     for cert in certs:
         if not isinstance(cert, Mapping) or not cert.get("identity"):
+            out.append(Finding(meta.id, Verdict.UNKNOWN, "certificate", "a certificate entry names no identity"))
             continue
         ident = str(cert["identity"])
         not_after = parse_time(cert.get("not_after"))
         if not_after is None:
-            out.append(
-                Finding(meta.id, Verdict.UNKNOWN, f"certificate {ident}", "certificate without a readable expiry")
-            )
+            out.append(Finding(meta.id, Verdict.UNKNOWN, f"certificate {ident}",
+                               "certificate without a readable, timezone-aware expiry", requirement=CERTS))
         elif not_after <= facts.now:
-            out.append(
-                Finding(
-                    meta.id,
-                    Verdict.FAIL,
-                    f"certificate {ident}",
-                    f"expired at {not_after}",
-                    remediation=remediation_text(meta),
-                )
-            )
+            out.append(Finding(meta.id, Verdict.FAIL, f"certificate {ident}", f"expired at {not_after.isoformat()}",
+                               remediation=remediation_text(meta), requirement=CERTS))
         else:
             have.add(ident)
-            out.append(Finding(meta.id, Verdict.PASS, f"certificate {ident}", f"valid until {not_after}"))
+            out.append(Finding(meta.id, Verdict.PASS, f"certificate {ident}", f"valid until {not_after.isoformat()}",
+                               requirement=CERTS))
     internal = {z.name for z in policy.zones if z.trust is Trust.INTERNAL}
+    # A node without a certificate in the inventory is not shown to hold one — unproven, not a violation:
+    # it may authenticate another way (a tunnel key) that this control does not judge.
     out += [
-        Finding(
-            meta.id,
-            Verdict.FAIL,
-            f"node {n.name}",
-            f"no valid certificate for {n.identity}",
-            remediation=remediation_text(meta),
-        )
+        Finding(meta.id, Verdict.UNKNOWN, f"node {n.name}",
+                f"no certificate for {n.identity} in the inventory `{VERIFY}` wrote")
         for n in policy.nodes
         if n.identity and n.zone in internal and n.identity not in have
     ]
     return out
 
 
+def _judge_credentials(facts: Facts) -> list[Finding]:
+    raw = facts.keys.get("credentials") if facts.keys is not None else None
+    checks = [c for c in raw if isinstance(c, Mapping) and c.get("expected") == "refused"] if isinstance(
+        raw, list) else []
+    if not checks:
+        detail = "no refused-credential check in the key facts" if facts.keys is not None else ""
+        return [unknown(meta, "credentials that must be refused", "keys", detail)]
+    out: list[Finding] = []
+    for c in checks:
+        subject = f"{c.get('kind', '?')} credential {c.get('identity', '?')}"
+        verdict = c.get("verdict")
+        outcome = f"{c.get('outcome', '?')}: {c.get('detail', '')}".rstrip(": ")
+        if verdict == "pass":
+            out.append(Finding(meta.id, Verdict.PASS, subject, f"refused ({outcome})", requirement=REFUSED))
+        elif verdict == "fail":
+            out.append(Finding(meta.id, Verdict.FAIL, subject, f"not refused ({outcome})",
+                               remediation=remediation_text(meta), requirement=REFUSED))
+        else:
+            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, f"no readable verdict ({verdict!r})",
+                               requirement=REFUSED))
+    return out
+
+
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Identities on the wire must match the inventory; nodes in use need an identity and a
-    valid certificate; without identity-bearing facts the verdict is ``unknown``."""
-    return _judge_flows(policy, facts) + _judge_certificates(policy, facts)
+    valid certificate; refused credentials must be refused; without identity-bearing facts the verdict is
+    ``unknown``."""
+    return _judge_flows(policy, facts) + _judge_certificates(policy, facts) + _judge_credentials(facts)

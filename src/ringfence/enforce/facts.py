@@ -2,38 +2,34 @@
 
 Each kind is a plain JSON document with a ``format`` tag, written by the verb that gathers it
 (``ringfence probe -o probes.json --ruleset ruleset.json --changes changes.json``, ``ringfence contain
--o containment.json``) and read back by ``ringfence assess`` through the loaders here, which turn a bad
-file into :class:`FactsFileError` naming the file and the field (or JSON line and column), never a
-traceback. The shapes are documented in ``docs/enforcement.md`` ("Facts for the controls").
+-o containment.json``) and read back by ``ringfence assess`` through the strict schemas of
+:mod:`ringfence.facts`, which turn a bad file into :class:`FactsFileError` naming the file and the
+field, never a traceback. The loaders are re-exported here for the verbs that gather the facts.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any
 
 from ringfence.atomic import write_atomic
-from ringfence.controls.interface import ProbeResult
 from ringfence.enforce.apply import FABRIC, live_rulesets
 from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
 from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import enforced_nodes
-from ringfence.errors import InputError
 from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.facts.changes import CHANGES_FORMAT, changes_document, load_change_facts
+from ringfence.facts.containment import CONTAINMENT_FORMAT, drills, load_containment_facts
+from ringfence.facts.interface import FactsFileError
+from ringfence.facts.probes import PROBES_FORMAT, load_probe_facts, probe_to_json, probes_document
+from ringfence.facts.ruleset import RULESET_FORMAT, load_ruleset_facts
 from ringfence.policy import Policy
 from ringfence.targets.interface import Executor
 
-PROBES_FORMAT = "ringfence-probes/1"
-RULESET_FORMAT = "ringfence-ruleset/1"
-CHANGES_FORMAT = "ringfence-changes/1"
-CONTAINMENT_FORMAT = "ringfence-containment/1"
 #: Evidence sources whose action records are changes of the enforcement state.
 CONTAIN_SOURCE = "enforce.contain"
 CHANGE_SOURCES = (APPLY_SOURCE, CONTAIN_SOURCE)
@@ -41,96 +37,11 @@ CHANGE_SOURCES = (APPLY_SOURCE, CONTAIN_SOURCE)
 PROBE_SOURCE = "enforce.probe"
 
 
-class FactsFileError(InputError):
-    """A facts file that cannot be used: unreadable, not JSON, the wrong format, or a bad field."""
-
-
-# ------------------------------------------------------------------------------------------ probes
-
-
-class _ProbeModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    source: str
-    destination: str
-    proto: Literal["tcp", "udp"]
-    port: int
-    expected: Literal["allow", "deny"]
-    outcome: Literal["connected", "timeout", "reset", "refused", "error"]
-    by_policy: bool | None
-    detail: str = ""
-    evidence: list[str] = []
-    rule: str | None = None
-
-
-class _ProbesDoc(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    format: Literal["ringfence-probes/1"]
-    target: str
-    taken: str
-    evidence: str | None = None
-    probes: list[_ProbeModel]
-
-
-def probe_to_json(result: ProbeResult) -> dict[str, Any]:
-    """One probe result as a JSON-ready dict (the keys of :class:`ProbeResult`)."""
-    data = dataclasses.asdict(result)
-    data["evidence"] = list(result.evidence)
-    return data
-
-
-def probes_document(results: Sequence[ProbeResult], *, target: str, evidence: str | None = None,
-                    taken: datetime | None = None) -> dict[str, Any]:
-    """The probes facts file: ``{"format", "target", "taken", "evidence", "probes": [...]}``."""
-    return {"format": PROBES_FORMAT, "target": target, "taken": (taken or datetime.now(UTC)).isoformat(),
-            "evidence": evidence, "probes": [probe_to_json(r) for r in results]}
-
-
 def write_json(path: str | Path, document: Mapping[str, Any]) -> Path:
     """Write a facts document atomically (indented, keys in order)."""
     out = Path(path)
     write_atomic(out, json.dumps(document, indent=1).encode() + b"\n")
     return out
-
-
-def _read(path: str | Path, what: str) -> Any:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FactsFileError(str(p), f"cannot read the {what} file: {exc}") from exc
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        line, col = getattr(exc, "lineno", 0), getattr(exc, "colno", 0)
-        raise FactsFileError(f"{p}:{line}:{col}", f"not JSON: {getattr(exc, 'msg', exc)}") from exc
-
-
-def _format_of(path: str | Path, doc: Any, wanted: str, verb: str) -> None:
-    if not isinstance(doc, dict):
-        raise FactsFileError(str(path), f"expected a JSON object with format {wanted!r}", hint=verb)
-    if doc.get("format") != wanted:
-        raise FactsFileError(f"{path}: format", f"is {doc.get('format')!r}, expected {wanted!r}", hint=verb)
-
-
-def _validation(path: str | Path, exc: ValidationError) -> FactsFileError:
-    err = exc.errors()[0]
-    where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in err["loc"]).replace(".[", "[")
-    more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-    return FactsFileError(f"{path}: {where or 'document'}", f"{err['msg']}{more}")
-
-
-def load_probe_facts(path: str | Path) -> tuple[ProbeResult, ...]:
-    """``Facts.probes`` from a file written by ``ringfence probe -o``; :class:`FactsFileError` if unusable."""
-    doc = _read(path, "probes")
-    _format_of(path, doc, PROBES_FORMAT, "write it with: ringfence probe POLICY --target lab -o probes.json")
-    try:
-        parsed = _ProbesDoc.model_validate(doc)
-    except ValidationError as exc:
-        raise _validation(path, exc) from exc
-    return tuple(ProbeResult(p.source, p.destination, p.proto, p.port, p.expected, p.outcome, p.by_policy,
-                             p.detail, tuple(p.evidence), p.rule) for p in parsed.probes)
 
 
 # ------------------------------------------------------------------------------------------ ruleset
@@ -273,28 +184,6 @@ def ruleset_facts(policy: Policy, points: Mapping[str, Executor], *, target: str
     return out
 
 
-class _RulesetDoc(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-    format: Literal["ringfence-ruleset/1"]
-    target: str
-    points: dict[str, dict[str, Any]]
-    egress: list[dict[str, Any]]
-    denied: list[dict[str, Any]]
-
-
-def load_ruleset_facts(path: str | Path) -> dict[str, Any]:
-    """``Facts.ruleset`` from a file written by ``ringfence probe --ruleset``."""
-    doc = _read(path, "ruleset")
-    _format_of(path, doc, RULESET_FORMAT, "write it with: ringfence probe POLICY --target lab --ruleset ruleset.json")
-    try:
-        _RulesetDoc.model_validate(doc)
-    except ValidationError as exc:
-        raise _validation(path, exc) from exc
-    result: dict[str, Any] = doc
-    return result
-
-
 # ------------------------------------------------------------------------------------------ changes
 
 
@@ -326,97 +215,7 @@ def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[s
     return out
 
 
-def changes_document(changes: Sequence[Mapping[str, Any]], *, target: str) -> dict[str, Any]:
-    """The changes facts file: ``{"format", "target", "changes": [...]}``."""
-    return {"format": CHANGES_FORMAT, "target": target, "changes": [dict(c) for c in changes]}
-
-
-class _ChangeModel(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-    evidence: str
-    time: str
-    source: str
-    action: str
-    target: str
-
-
-class _ChangesDoc(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    format: Literal["ringfence-changes/1"]
-    target: str
-    changes: list[_ChangeModel]
-
-
-def load_change_facts(path: str | Path) -> list[dict[str, Any]]:
-    """``Facts.changes`` from a file written by ``ringfence probe --changes``."""
-    doc = _read(path, "changes")
-    _format_of(path, doc, CHANGES_FORMAT, "write it with: ringfence probe POLICY --target lab --changes changes.json")
-    try:
-        _ChangesDoc.model_validate(doc)
-    except ValidationError as exc:
-        raise _validation(path, exc) from exc
-    return [dict(c) for c in doc["changes"]]
-
-
 # ------------------------------------------------------------------------------------------ containment
-
-
-class _ContainmentDoc(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-    format: Literal["ringfence-containment/1"]
-    target: str
-    subject: dict[str, Any]
-    contained: bool
-    isolated: bool | None
-    collector_reachable: bool | None
-    points: dict[str, bool]
-    others_training: bool | None
-    released: bool
-    snapshot: dict[str, Any]
-    probes: list[_ProbeModel]
-    evidence: list[str]
-
-
-def drills(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One containment report (``ringfence contain -o``) as ``drills`` entries, one per contained node:
-    ``node``, ``isolated`` (no deny probe connected), ``by_policy`` (every deny proven by its counter),
-    ``others_unaffected`` (other jobs kept training and the collector stayed reachable), ``restored``
-    (released and the node's approved paths connect again; None when not released), ``seconds``, ``evidence``."""
-    probes = [p for p in report.get("probes", []) if isinstance(p, Mapping)]
-    denies = [p for p in probes if p.get("expected") == "deny"]
-    isolated = (not any(p.get("outcome") == "connected" for p in denies)) if denies else None
-    by_policy = all(p.get("by_policy") is True for p in denies) if denies else None
-    others = report.get("others_training")
-    collector = report.get("collector_reachable")
-    unaffected = None if others is None else bool(others) and collector is not False
-    restored = report.get("release_verified") if report.get("released") else None
-    subject = report.get("subject", {})
-    return [{"node": n, "subject": f"{subject.get('kind')} {subject.get('name')}", "isolated": isolated,
-             "by_policy": by_policy, "points": report.get("points", {}), "others_unaffected": unaffected,
-             "collector_reachable": collector, "restored": restored, "seconds": report.get("seconds"),
-             "evidence": list(report.get("evidence", []))} for n in subject.get("nodes", [])]
-
-
-def load_containment_facts(*paths: str | Path) -> dict[str, Any]:
-    """``Facts.containment`` from files written by ``ringfence contain -o``: ``{"drills": [...], "reports":
-    [...]}`` (see :func:`drills`); each report's ``probes`` become :class:`ProbeResult` objects."""
-    out: dict[str, Any] = {"drills": [], "reports": []}
-    for path in paths:
-        doc = _read(path, "containment")
-        _format_of(path, doc, CONTAINMENT_FORMAT, "write it with: ringfence contain --node N --target lab -o FILE")
-        try:
-            parsed = _ContainmentDoc.model_validate(doc)
-        except ValidationError as exc:
-            raise _validation(path, exc) from exc
-        out["drills"] += drills(doc)
-        report = dict(doc)
-        report["probes"] = tuple(ProbeResult(p.source, p.destination, p.proto, p.port, p.expected, p.outcome,
-                                             p.by_policy, p.detail, tuple(p.evidence), p.rule) for p in parsed.probes)
-        out["reports"].append(report)
-    return out
 
 
 __all__ = [

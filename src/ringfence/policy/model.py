@@ -244,6 +244,16 @@ class Keys(_Strict):
     tunnel_rekey: str = "2m"
 
 
+DURATION = r"^[1-9][0-9]*[smhd]$"
+
+
+class FactAges(_Strict):
+    """How old a gathered fact may be and still prove a control's requirement (``7d``, ``12h``)."""
+
+    max_age: Annotated[str, Field(pattern=DURATION)] = "7d"
+    per_fact: dict[str, Annotated[str, Field(pattern=DURATION)]] = Field(default_factory=dict)  # fact → max age
+
+
 class ExceptionEntry(_Strict):
     """A time-limited exception: who owns it, why, until when, and what compensates."""
 
@@ -283,6 +293,7 @@ class Policy(_Strict):
     keys: Keys = Keys()
     exceptions: tuple[ExceptionEntry, ...] = ()
     controls: dict[str, ControlOwner] = Field(default_factory=dict)
+    facts: FactAges = FactAges()
 
     # Lookups used everywhere; cheap enough to compute on demand for inventories of 10k nodes.
     def zone(self, name: str) -> Zone | None:

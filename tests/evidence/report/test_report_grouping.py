@@ -118,3 +118,12 @@ def test_exact_volumes_from_the_controls_are_summed_exactly() -> None:
     # Without the controls' counts the rounded message text is all there is: summed, but marked approximate.
     (approx,) = group_findings([Finding(f.control, f.verdict, f.subject, f.message) for f in exact])
     assert (approx.bytes, approx.exact) == (4500, False)
+
+
+def test_named_flow_subjects_still_group_by_destination() -> None:
+    findings = [
+        Finding("zones", Verdict.FAIL, f"flow 10.77.1.50:{4000 + i} [aux] → 10.77.2.10:8080 [storage · storage-http] "
+                "(storage)", "m", ("ev-1",)) for i in range(3)
+    ]
+    (group,) = group_findings(findings)
+    assert group.count == 3 and group.subject == "10.77.2.10:8080 [storage · storage-http] (storage)"

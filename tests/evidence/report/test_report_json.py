@@ -20,6 +20,8 @@ def test_structure(assessment: Assessment) -> None:
         "generated",
         "policy",
         "summary",
+        "headline",
+        "performance",
         "controls",
         "inputs",
         "class_bytes",
@@ -36,6 +38,9 @@ def test_structure(assessment: Assessment) -> None:
         "findings": {"pass": 2, "fail": 1, "exempt": 1, "unknown": 1},
         "exit_code": 1,
     }
+    assert doc["headline"] == {"verdict": "compliance gap", "security": "gap", "performance": "not proven",
+                               "text": "security: gap; performance: not measured (pass --bench)"}
+    assert doc["performance"] == []
     zones = doc["controls"][0]
     assert list(zones) == ["id", "title", "verdict", "owner", "findings"]
     assert list(zones["findings"][0]) == ["verdict", "subject", "message", "evidence", "remediation"]

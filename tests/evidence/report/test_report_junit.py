@@ -1,4 +1,4 @@
-"""junit.xml: one testcase per control, fail → failure, unknown → skipped, valid XML."""
+"""junit.xml: one testcase per control, fail → failure, unknown → a not-proven failure (never a skip), valid XML."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ def test_structure(assessment: Assessment) -> None:
     assert root.attrib == {
         "name": "ringfence",
         "tests": "5",
-        "failures": "1",
+        "failures": "3",
         "errors": "0",
-        "skipped": "2",
+        "skipped": "0",
         "time": "0",
     }
     (suite,) = root
@@ -32,9 +32,12 @@ def test_structure(assessment: Assessment) -> None:
     assert failure is not None and failure.get("type") == "fail"
     assert "ev-000003-abcdef01" in (failure.text or "") and "nft add rule" in (failure.text or "")
     assert "flow w1" not in (failure.text or "")  # only failing findings in <failure>
-    skipped = cases["telemetry"].find("skipped")
-    assert skipped is not None and "no flow log source" in (skipped.get("message") or "")
-    assert cases["containment"].find("skipped") is not None
+    # Not proven is a failure of its own type: a CI gate reading JUnit must not go green on it.
+    unproven = cases["telemetry"].find("failure")
+    assert unproven is not None and unproven.get("type") == "not-proven"
+    assert "no flow log source" in (unproven.get("message") or "")
+    assert cases["containment"].find("failure") is not None
+    assert not list(suite.iter("skipped"))
     for name in ("egress", "encryption"):
         assert cases[name].find("failure") is None and cases[name].find("skipped") is None
     # junit-10.xsd order inside a testcase: failure/skipped before system-out.

@@ -22,10 +22,15 @@ def test_summary_is_computed_per_control_and_per_finding(assessment: Assessment)
     assert s.controls.total == 5 and s.findings.total == 5
 
 
-def test_exit_code_fails_only_on_fail(assessment: Assessment, build: Build) -> None:
+def test_exit_code_0_only_when_everything_is_proven(assessment: Assessment, build: Build) -> None:
     assert exit_code(assessment) == 1
     without_fail = tuple(c for c in assessment.controls if c.verdict is not Verdict.FAIL)
-    assert exit_code(build(controls=without_fail)) == 0  # unknowns remain: shown, but not a failure
+    # Unknowns remain: nothing fails, but not everything is proven — 3, and 0 only when accepted.
+    assert exit_code(build(controls=without_fail)) == 3
+    assert exit_code(build(controls=without_fail), allow_unknown=True) == 0
+    proven = tuple(c for c in without_fail if c.verdict is not Verdict.UNKNOWN)
+    assert proven and exit_code(build(controls=proven)) == 0
+    assert exit_code(build(controls=())) == 3  # nothing judged is nothing proven
     # A failing finding under a control whose aggregate was (wrongly) not fail still fails the run.
     odd = ControlResult("x", "X", Verdict.PASS, (Finding("x", Verdict.FAIL, "s", "m"),))
     assert exit_code(build(controls=(odd,))) == 1

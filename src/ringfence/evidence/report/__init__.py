@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Final
 
 from ringfence.atomic import write_atomic
-from ringfence.evidence.report import html, json, junit, sarif, terminal
+from ringfence.evidence.report import html, json, junit, oscal, sarif, terminal
 from ringfence.evidence.report.interface import (
     Assessment,
     InputSummary,
@@ -27,6 +27,7 @@ RENDERERS: Final[dict[str, Renderer]] = {
     "html": html.render,
     "json": json.render,
     "junit": junit.render,
+    "oscal": oscal.render,
     "sarif": sarif.render,
     "terminal": terminal.render,
 }
@@ -36,6 +37,7 @@ DEFAULT_NAMES: Final[dict[str, str]] = {
     "html": "report.html",
     "json": "report.json",
     "junit": "junit.xml",
+    "oscal": "assessment-results.json",
     "sarif": "report.sarif",
     "terminal": "summary.txt",
 }

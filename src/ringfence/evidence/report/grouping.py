@@ -24,8 +24,10 @@ from ringfence.controls.interface import Finding, Verdict
 from ringfence.evidence.report.interface import VERDICT_ORDER
 
 # The subject format of controls/_common.py flow_subject(); IPv6 hosts are bracketed there.
+# Inventory names follow an endpoint in brackets: "10.77.2.10:8080 [storage · storage-http]".
 _FLOW_SUBJECT: Final = re.compile(
-    r"^flow (?P<src>\[[^\]]+\]|[^\s:]+)(?::\d+)? → (?P<dst>\S+) \((?P<label>[^()]*)\)$"
+    r"^flow (?P<src>\[[^\]]+\]|[^\s:]+)(?::\d+)?(?: \[[^\]]*\])? → (?P<dst>\S+(?: \[[^\]]*\])?) "
+    r"\((?P<label>[^()]*)\)$"
 )
 # The volume format of controls/_common.py volume(): "3 records, 1.2 MB".
 _VOLUME: Final = re.compile(r"\b(\d+) records?, (\d+(?:\.\d+)?) (B|kB|MB|GB|TB)\b")

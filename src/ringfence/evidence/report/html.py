@@ -18,6 +18,8 @@ from typing import Final
 
 from ringfence.controls.interface import ControlResult, Finding, Verdict
 from ringfence.evidence.report.grouping import FindingGroup, group_findings, split_remediation
+from ringfence.evidence.report.html_both import CSS as BOTH_CSS
+from ringfence.evidence.report.html_both import both_sides
 from ringfence.evidence.report.interface import (
     VERDICT_ORDER,
     Assessment,
@@ -166,7 +168,7 @@ def _headline_facts(a: Assessment) -> Iterable[str]:
 
 def _verdict(a: Assessment) -> Iterable[str]:
     s = a.summary
-    if exit_code(a):
+    if exit_code(a) == 1:
         kind, word = "fail", "FAIL"
         line = f"{s.controls.failed} of {len(a.controls)} controls fail."
     elif s.controls.unknown or s.findings.unknown:
@@ -488,12 +490,13 @@ def render(a: Assessment) -> bytes:
     parts: list[str] = [
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>ringfence — {_e(a.cluster)}</title><style>{_CSS}</style></head><body>",
+        f"<title>ringfence — {_e(a.cluster)}</title><style>{_CSS}{BOTH_CSS}</style></head><body>",
         f"<header><h1>ringfence assessment: {_e(a.cluster)}</h1>",
         f'<p class="meta">generated {_e(a.generated.isoformat())} by ringfence {_e(a.version)} from policy ',
         f'<code>{_e(a.policy_path)}</code> (sha256 <span class="mono">{_e(a.policy_sha256)}</span>)</p></header>',
     ]
     parts.extend(_verdict(a))
+    parts.extend(both_sides(a))
     parts.extend(_not_proven(a))
     parts.extend(_classes(a))
     parts.extend(_matrix(a))

@@ -19,6 +19,7 @@ from ringfence import __version__
 from ringfence.controls.interface import ControlResult, Verdict
 from ringfence.errors import RingfenceError
 from ringfence.evidence.interface import ChainHead
+from ringfence.evidence.report.performance import Headline, LayerPerformance, headline, performance_side
 
 #: Order in which traffic classes and protections are shown; anything else follows, sorted.
 CLASS_ORDER: Final = ("storage", "collective", "management", "replication", "unclassified")
@@ -147,6 +148,7 @@ class Assessment:
     chain_head: ChainHead | None = None
     warnings: tuple[str, ...] = ()  # reader warnings, skipped inputs: shown prominently
     charts: tuple[tuple[str, str], ...] = ()  # (title, inline <svg>) for the HTML report, e.g. busbw / p99
+    performance: tuple[LayerPerformance, ...] = ()  # the bench side: one per compared layer
 
     def __post_init__(self) -> None:
         if self.generated.tzinfo is None:
@@ -160,6 +162,11 @@ class Assessment:
         object.__setattr__(self, "class_bytes", _freeze_class_bytes(self.class_bytes))
 
     @property
+    def headline(self) -> tuple[Headline, str]:
+        """Both questions in one verdict: done / compliance gap / training-speed regression / not proven."""
+        return headline(self.controls, self.performance)
+
+    @property
     def summary(self) -> Summary:
         """Verdict counts per control and per finding, computed from :attr:`controls`."""
         return Summary(
@@ -168,10 +175,22 @@ class Assessment:
         )
 
 
-def exit_code(assessment: Assessment) -> int:
-    """1 if any control or finding fails, else 0 (unknown does not fail the exit code, but is shown)."""
+#: Exit codes of an assessment: every control pass/exempt; some fail; none fails but some are not proven.
+EXIT_PASS, EXIT_FAIL, EXIT_NOT_PROVEN = 0, 1, 3
+
+
+def exit_code(assessment: Assessment, *, allow_unknown: bool = False) -> int:
+    """0 only if every control is pass or exempt; 1 if any control or finding fails (or a benchmarked
+    layer is beyond its budget); 3 if none fails but some control is not proven, there is none, or a
+    benchmarked layer is inconclusive — 0 then only with ``allow_unknown``."""
     s = assessment.summary
-    return 1 if s.controls.failed or s.findings.failed else 0
+    speed = performance_side(assessment.performance) if assessment.performance else None
+    if s.controls.failed or s.findings.failed or speed == "regression":
+        return EXIT_FAIL
+    unproven = s.controls.unknown or not assessment.controls or speed == "not proven"
+    if unproven and not allow_unknown:
+        return EXIT_NOT_PROVEN
+    return EXIT_PASS
 
 
 #: A renderer: the whole report as bytes.
@@ -199,6 +218,9 @@ _INVALID_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe
 
 __all__ = [
     "CLASS_ORDER",
+    "EXIT_FAIL",
+    "EXIT_NOT_PROVEN",
+    "EXIT_PASS",
     "PROTECTION_ORDER",
     "VERDICT_ORDER",
     "Assessment",

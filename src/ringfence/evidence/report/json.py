@@ -6,11 +6,13 @@ assessment always renders to the same bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Final
 
 from ringfence.controls.interface import ControlResult, Finding
 from ringfence.evidence.report.interface import Assessment, exit_code
+from ringfence.evidence.report.performance import LayerPerformance, performance_side, security_side
 
 #: Bumped when a key is renamed or removed (adding keys does not bump it).
 FORMAT_VERSION: Final = 1
@@ -39,9 +41,15 @@ def _control(c: ControlResult) -> dict[str, Any]:
     }
 
 
+def _layer(p: LayerPerformance) -> dict[str, Any]:
+    return {"layer": p.layer, "baseline": p.baseline, "verdict": p.verdict, "reasons": list(p.reasons),
+            "evidence": list(p.evidence), "sizes": [dataclasses.asdict(s) for s in p.sizes]}
+
+
 def to_document(a: Assessment) -> dict[str, Any]:
     """The report as a JSON-ready dict (what :func:`render` encodes)."""
     summary = a.summary
+    head, why = a.headline
     return {
         "format": "ringfence-report",
         "format_version": FORMAT_VERSION,
@@ -51,6 +59,10 @@ def to_document(a: Assessment) -> dict[str, Any]:
         "policy": {"path": a.policy_path, "sha256": a.policy_sha256},
         # Top level: controls per aggregate verdict; "findings": every finding per verdict.
         "summary": {**summary.controls.as_dict(), "findings": summary.findings.as_dict(), "exit_code": exit_code(a)},
+        # Both questions: is every path protected as policy says, and what did it cost the training job?
+        "headline": {"verdict": head.value, "security": security_side(a.controls),
+                     "performance": performance_side(a.performance), "text": why},
+        "performance": [_layer(p) for p in a.performance],
         "controls": [_control(c) for c in a.controls],
         "inputs": [
             {"name": i.name, "kind": i.kind, "sha256": i.sha256, "records": i.records, "flows": i.flows}

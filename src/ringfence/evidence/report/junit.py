@@ -1,7 +1,8 @@
 """``junit.xml``: one testcase per control, for CI systems that show JUnit results.
 
-fail → ``<failure>`` listing the failing findings; unknown → ``<skipped message=…>`` (not proven,
-not failed); pass and exempt → a passing testcase whose ``<system-out>`` lists the findings. The
+fail → ``<failure type="fail">`` listing the failing findings; unknown → ``<failure type="not-proven">``
+naming what is unproven (a CI gate must not go green with nothing proven, so it is not a skip); pass
+and exempt → a passing testcase whose ``<system-out>`` lists the findings. The
 layout follows the common (Jenkins/Ant ``junit-10.xsd``) schema: ``testsuites > testsuite >
 (properties, testcase*)``, with ``failure``/``skipped`` before ``system-out``.
 """
@@ -38,7 +39,8 @@ def _testcase(parent: ET.Element, c: ControlResult) -> None:
     elif c.verdict is Verdict.UNKNOWN:
         unknown = [f for f in c.findings if f.verdict is Verdict.UNKNOWN]
         reason = unknown[0].message if unknown else "no findings: nothing was judged"
-        ET.SubElement(case, "skipped", message=clean_text(f"unknown (not proven): {reason}"))
+        failure = ET.SubElement(case, "failure", message=clean_text(f"not proven: {reason}"), type="not-proven")
+        failure.text = clean_text("\n".join(_finding_text(f) for f in unknown))
     if c.findings:
         out = ET.SubElement(case, "system-out")
         owner = f"owner: {c.owner}\n" if c.owner else ""
@@ -47,9 +49,8 @@ def _testcase(parent: ET.Element, c: ControlResult) -> None:
 
 def render(a: Assessment) -> bytes:
     """The JUnit XML report as UTF-8 bytes."""
-    failures = sum(c.verdict is Verdict.FAIL for c in a.controls)
-    skipped = sum(c.verdict is Verdict.UNKNOWN for c in a.controls)
-    counts = {"tests": str(len(a.controls)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
+    failures = sum(c.verdict in (Verdict.FAIL, Verdict.UNKNOWN) for c in a.controls)
+    counts = {"tests": str(len(a.controls)), "failures": str(failures), "errors": "0", "skipped": "0"}
     root = ET.Element("testsuites", {"name": "ringfence", **counts, "time": "0"})
     suite_attrs = {
         "name": clean_text(f"ringfence.{a.cluster}"),

@@ -157,7 +157,7 @@ def _overall(a: Assessment, console: Console) -> None:
 
 def _result(a: Assessment) -> Text:
     s = a.summary
-    if exit_code(a):
+    if exit_code(a) == 1:
         return Text(
             f"RESULT: FAIL ({s.controls.failed} control(s) fail, {s.controls.unknown} not proven)",
             style=_STYLE[Verdict.FAIL],
