@@ -159,9 +159,13 @@ def canonical_ips(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, npt.NDArra
     canon: list[str | None] = []
     for text in dictionary:
         try:
-            canon.append(str(ipaddress.ip_address(text.strip())))
+            ip = ipaddress.ip_address(text.strip())
         except ValueError:
             canon.append(None)
+            continue
+        # A dual-stack socket logs IPv4 peers as ::ffff:a.b.c.d: the same host as the policy's IPv4 node.
+        mapped4 = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        canon.append(str(mapped4 if mapped4 is not None else ip))
     mapped = pa.DictionaryArray.from_arrays(enc.indices, pa.array(canon, pa.string())).cast(pa.string())
     valid = np.asarray(mapped.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     return mapped, valid
