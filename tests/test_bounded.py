@@ -35,7 +35,7 @@ def test_json_depth_is_bounded_and_names_the_offset() -> None:
         ('{"x": Infinity}', "Infinity"),
         ('{"a": 1, "a": 2}', "duplicate key 'a'"),
         ("[" + "9" * 5000 + "]", "unusable JSON value"),
-        ('{"a": 1,\n "b": }', r"f:2@\d+: not valid JSON"),
+        ('{"a": 1,\n "b": }', r"f:2@\d+: not JSON"),
     ],
 )
 def test_json_refuses_ambiguous_or_broken_values(text: str, match: str) -> None:

@@ -79,7 +79,7 @@ def loads_json(
     try:
         return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
-        raise BoundedInputError(f"{source}:{exc.lineno}@{exc.pos}", f"not valid JSON: {exc.msg}") from exc
+        raise BoundedInputError(f"{source}:{exc.lineno}@{exc.pos}", f"not JSON: {exc.msg}") from exc
     except _JsonValueError as exc:
         raise BoundedInputError(source, str(exc)) from exc
     except ValueError as exc:  # an integer beyond Python's digit limit
