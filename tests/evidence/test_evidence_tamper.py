@@ -59,7 +59,11 @@ def _expect(store: EvidenceStore, seq: int, reason: TamperReason, anchor: ChainH
     report = store.verify(anchor=anchor)
     assert not report.ok
     assert (report.bad_seq, report.reason) == (seq, reason), report.summary()
-    assert report.records == seq - 1 or reason in (TamperReason.HEAD_MISMATCH, TamperReason.ANCHOR_MISMATCH)
+    assert report.records == seq - 1 or reason in (
+        TamperReason.HEAD_MISMATCH,
+        TamperReason.ANCHOR_MISMATCH,
+        TamperReason.UNSIGNED,
+    )
 
 
 def test_edited_byte_in_data(store: EvidenceStore) -> None:
@@ -84,9 +88,10 @@ def test_swapped_records(store: EvidenceStore) -> None:
 
 
 def test_truncated_mid_line(store: EvidenceStore) -> None:
+    # The head says seq 6 was committed: a cut inside it is truncation, not an interrupted append.
     data = store.log_path.read_bytes()
     store.log_path.write_bytes(data[: len(data) - 40])
-    _expect(store, 6, TamperReason.PARTIAL)
+    _expect(store, 6, TamperReason.TRUNCATED)
 
 
 def test_truncated_at_a_line_boundary_is_caught_by_the_head(store: EvidenceStore) -> None:
@@ -116,7 +121,7 @@ def test_record_replaced_with_a_recomputed_hash_breaks_the_chain(store: Evidence
     _expect(store, 4, TamperReason.BROKEN_CHAIN)
 
 
-def test_whole_tail_rewritten_is_caught_by_head_then_by_the_anchor(store: EvidenceStore) -> None:
+def test_whole_tail_rewritten_is_caught_by_head_then_by_the_signature_and_the_anchor(store: EvidenceStore) -> None:
     anchor = store.head()
     lines = _lines(store)
     prev = json.loads(lines[1])["hash"]
@@ -129,9 +134,9 @@ def test_whole_tail_rewritten_is_caught_by_head_then_by_the_anchor(store: Eviden
         prev = obj["hash"]
     _write(store, lines)
     _expect(store, 6, TamperReason.HEAD_MISMATCH)
-    store.head_path.write_text(f"6:{prev}\n")  # ... and the head file too: the store alone cannot tell
-    assert store.verify().ok
-    _expect(store, 6, TamperReason.ANCHOR_MISMATCH, anchor=anchor)  # the exported head can
+    store.head_path.write_text(f"6:{prev}\n")  # ... and the head file too: the signed checkpoint still tells
+    _expect(store, 6, TamperReason.UNSIGNED)
+    _expect(store, 6, TamperReason.ANCHOR_MISMATCH, anchor=anchor)  # the exported head tells too
 
 
 def test_anchor_beyond_the_chain_is_truncation(store: EvidenceStore) -> None:

@@ -15,7 +15,7 @@ object with ``config`` (iterations, ``devices``), ``results`` (per size: ``out_o
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ringfence.bench.run import BenchConfig, BenchRun, Repeat, SizeResult
+from ringfence.bounded import BoundedInputError, loads_json, read_bounded
 from ringfence.errors import InputError
 
 __all__ = [
@@ -41,6 +42,9 @@ _DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16
            "int": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64", "int8": "int8", "uint8": "uint8"}
 
 Placement = Literal["in-place", "out-of-place"]
+
+#: The largest nccl-tests output accepted: a full sweep with -I and timestamps is well under 1 MB.
+MAX_NCCL_TESTS_BYTES = 64 << 20
 
 
 class NcclTestsError(InputError):
@@ -173,19 +177,35 @@ def _collective_of(program: str) -> str:
     return name.removesuffix("_perf") if name.endswith("_perf") else name
 
 
+_INT = re.compile(r"^[0-9]{1,19}$")
+_FLOAT = re.compile(r"^[+-]?([0-9]{1,30}(\.[0-9]{0,30})?|\.[0-9]{1,30})([eE][+-]?[0-9]{1,3})?$")
+#: Largest integer accepted for sizes, counts and error counts (int64, what nccl-tests prints).
+_INT_MAX = 2**63 - 1
+
+
 def _num(token: str, where: str, what: str) -> float:
-    try:
-        return float(token)
-    except ValueError as exc:
-        raise NcclTestsError(where, f"{what}: {token!r} is not a number") from exc
+    """A finite decimal number as printed by nccl-tests; ``nan``, ``inf`` and 400-digit values are errors."""
+    if _FLOAT.match(token) is None or not math.isfinite(value := float(token)):
+        raise NcclTestsError(where, f"{what}: {token[:40]!r} is not a finite number")
+    return value
+
+
+def _int(token: str, where: str, what: str) -> int:
+    """A non-negative decimal integer of at most 19 digits (int64)."""
+    if _INT.match(token) is None or (value := int(token)) > _INT_MAX:
+        raise NcclTestsError(where, f"{what}: {token[:40]!r} is not a non-negative integer")
+    return value
 
 
 def _wrong(token: str, where: str) -> int | None:
-    return None if token.upper() == "N/A" else int(_num(token, where, "#wrong"))
+    return None if token.upper() == "N/A" else _int(token, where, "#wrong")
 
 
 def _half(cols: Sequence[str], vals: Sequence[str], where: str) -> NcclMeasurement:
     got = dict(zip(cols, vals, strict=True))
+    missing = [c for c in ("algbw", "busbw") if c not in got]
+    if missing:
+        raise NcclTestsError(where, f"the column header has no {'/'.join(missing)} column")
 
     def opt(name: str) -> float | None:
         return _num(got[name], where, name) if name in got else None
@@ -229,9 +249,10 @@ def parse_nccl_tests_text(text: str, source: str = "<nccl-tests>") -> NcclTestsR
                 collective = _collective_of(m.group(1))
             elif m := _RANK.match(line):
                 rank, pid, host, dev, name = m.groups()
-                ranks.append(NcclRank(int(rank), host, int(dev), int(pid), name.strip()))
+                ranks.append(NcclRank(_int(rank, where, "rank"), host, _int(dev, where, "device"),
+                                      _int(pid, where, "pid"), name.strip()))
             elif m := _FOOT_OOB.match(line):
-                oob = int(m.group(1))
+                oob = _int(m.group(1), where, "Out of bounds values")
             elif m := _FOOT_AVG.match(line):
                 avg = _num(m.group(1), where, "Avg bus bandwidth")
             elif "Per-Iteration Report" in line:
@@ -253,7 +274,8 @@ def parse_nccl_tests_text(text: str, source: str = "<nccl-tests>") -> NcclTestsR
         raise NcclTestsError(f"{source}:1", "no result rows")
     if "warmup iters" not in params or "iters" not in params:
         raise NcclTestsError(f"{source}:1", "no '# nThread … warmup iters: … iters: …' header line")
-    warmup, iters = int(params.pop("warmup iters")), int(params.pop("iters"))
+    warmup = _int(params.pop("warmup iters"), f"{source}:1", "warmup iters")
+    iters = _int(params.pop("iters"), f"{source}:1", "iters")
     for k in ("minBytes", "maxBytes", "step"):
         params.pop(k, None)  # the sizes themselves are part of the configuration
     return NcclTestsReport(
@@ -281,10 +303,11 @@ def _row(columns: list[str], tokens: list[str], where: str, line: int) -> NcclRo
     head = dict(zip(prefix, vals[:first], strict=True))
     if "size" not in head or "count" not in head:
         raise NcclTestsError(where, "the column header has no size/count columns")
-    root = int(head["root"]) if "root" in head and head["root"].lstrip("-").isdigit() else None
+    root_text = head.get("root", "")
+    root = int(root_text) if _INT.match(root_text.removeprefix("-")) else None
     return NcclRow(
-        size=int(_num(head["size"], where, "size")),
-        count=int(_num(head["count"], where, "count")),
+        size=_int(head["size"], where, "size"),
+        count=_int(head["count"], where, "count"),
         dtype=head.get("type", "float"),
         redop=head.get("redop", "sum"),
         root=root,
@@ -301,9 +324,27 @@ def _jnum(obj: Mapping[str, Any], key: str, where: str) -> float | None:
     v = obj.get(key)
     if v is None or v == "nan":
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise NcclTestsError(where, f"{key}: {v!r} is not a number")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise NcclTestsError(where, f"{key}: {str(v)[:40]!r} is not a finite number")
     return float(v)
+
+
+def _jint(v: Any, where: str, what: str) -> int:
+    """A non-negative int64 from JSON: an integer, or the decimal text nccl-tests sometimes writes."""
+    if isinstance(v, str):
+        return _int(v.strip(), where, what)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _INT_MAX:
+        raise NcclTestsError(where, f"{what}: {str(v)[:40]!r} is not a non-negative integer")
+    return v
+
+
+def _jcount(v: float | None, where: str, what: str) -> int | None:
+    """An error count read as a JSON number: it must be a whole number in int64."""
+    if v is None:
+        return None
+    if v != int(v) or not 0 <= v <= _INT_MAX:
+        raise NcclTestsError(where, f"{what}: {v!r} is not a count")
+    return int(v)
 
 
 def _jhalf(result: Mapping[str, Any], key: str, where: str) -> NcclMeasurement | None:
@@ -316,14 +357,16 @@ def _jhalf(result: Mapping[str, Any], key: str, where: str) -> NcclMeasurement |
     alg, bus = _jnum(half, "alg_bw", where), _jnum(half, "bus_bw", where)
     if t is None or alg is None or bus is None:
         raise NcclTestsError(where, f"{key} lacks time/alg_bw/bus_bw")
-    wrong = _jnum(half, "nwrong", where)
+    wrong = _jcount(_jnum(half, "nwrong", where), where, f"{key}.nwrong")
     per = result.get(f"{key}_per_iter")
     per_d: Mapping[str, Any] = per if isinstance(per, dict) else {}
     times = per_d.get("times_us", [])
-    if not isinstance(times, list) or not all(isinstance(x, int | float) for x in times):
-        raise NcclTestsError(where, f"{key}_per_iter.times_us is not a list of numbers")
+    if not isinstance(times, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in times
+    ):
+        raise NcclTestsError(where, f"{key}_per_iter.times_us is not a list of finite numbers")
     return NcclMeasurement(
-        time_us=t, algbw=alg, busbw=bus, wrong=None if wrong is None else int(wrong),
+        time_us=t, algbw=alg, busbw=bus, wrong=wrong,
         i_min_us=_jnum(per_d, "min_us", where), i_max_us=_jnum(per_d, "max_us", where),
         i_p99_us=_jnum(per_d, "p99_us", where), i_cv_pct=_jnum(per_d, "cv_pct", where),
         i_p50_us=_jnum(per_d, "p50_us", where), times_us=tuple(float(x) for x in times),
@@ -333,21 +376,26 @@ def _jhalf(result: Mapping[str, Any], key: str, where: str) -> NcclMeasurement |
 def parse_nccl_tests_json(text: str, source: str = "<nccl-tests.json>") -> NcclTestsReport:
     """Parse an nccl-tests ``-J`` report. Errors name ``source`` and the result index."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NcclTestsError(f"{source}:{exc.lineno}", f"not JSON: {exc.msg}") from exc
+        doc = loads_json(text, source)
+    except BoundedInputError as exc:
+        raise NcclTestsError(exc.where, exc.message.removeprefix(f"{exc.where}: ")) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict) or not isinstance(doc.get("results"), list):
         raise NcclTestsError(source, "not an nccl-tests -J report (needs 'config' and 'results')")
     cfg: dict[str, Any] = doc["config"]
     args = doc.get("args") or []
+    if not isinstance(args, list):
+        raise NcclTestsError(f"{source}: args", "is not a list of the command's arguments")
     collective = _collective_of(str(args[0])) if args else "all_reduce"
     ranks = []
-    for i, d in enumerate(cfg.get("devices") or []):
-        try:
-            ranks.append(NcclRank(int(d["rank"]), str(d["hostname"]), int(d["device"]), int(d["pid"]),
-                                  str(d.get("device_info", ""))))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise NcclTestsError(f"{source}: config.devices[{i}]", f"malformed device entry: {exc}") from exc
+    devices = cfg.get("devices") or []
+    if not isinstance(devices, list):
+        raise NcclTestsError(f"{source}: config.devices", "is not a list")
+    for i, d in enumerate(devices):
+        at = f"{source}: config.devices[{i}]"
+        if not isinstance(d, dict) or not all(k in d for k in ("rank", "hostname", "device", "pid")):
+            raise NcclTestsError(at, "malformed device entry: needs rank, hostname, device and pid")
+        ranks.append(NcclRank(_jint(d["rank"], at, "rank"), str(d["hostname"]), _jint(d["device"], at, "device"),
+                              _jint(d["pid"], at, "pid"), str(d.get("device_info", ""))))
     rows: list[NcclRow] = []
     for i, r in enumerate(doc["results"]):
         where = f"{source}: results[{i}]"
@@ -355,16 +403,17 @@ def parse_nccl_tests_json(text: str, source: str = "<nccl-tests.json>") -> NcclT
             raise NcclTestsError(where, "a result needs integer 'size' and 'count'")
         root_s = str(r.get("root", "")).strip()
         rows.append(NcclRow(
-            size=r["size"], count=r["count"], dtype=str(r.get("type", "float")), redop=str(r.get("redop", "sum")),
-            root=int(root_s) if root_s.lstrip("-").isdigit() else None,
+            size=_jint(r["size"], where, "size"), count=_jint(r["count"], where, "count"),
+            dtype=str(r.get("type", "float")), redop=str(r.get("redop", "sum")),
+            root=int(root_s) if _INT.match(root_s.removeprefix("-")) else None,
             out_of_place=_jhalf(r, "out_of_place", where), in_place=_jhalf(r, "in_place", where), line=0,
         ))
     if not rows:
         raise NcclTestsError(source, "no results")
-    try:
-        warmup, iters = int(cfg["warmup_iters"]), int(cfg["iterations"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise NcclTestsError(f"{source}: config", "needs integer warmup_iters and iterations") from exc
+    if "warmup_iters" not in cfg or "iterations" not in cfg:
+        raise NcclTestsError(f"{source}: config", "needs integer warmup_iters and iterations")
+    warmup = _jint(cfg["warmup_iters"], f"{source}: config", "warmup_iters")
+    iters = _jint(cfg["iterations"], f"{source}: config", "iterations")
     params = {k: str(cfg[k]) for k in ("nthreads", "ngpus", "aggregated_iterations", "validation", "graph",
                                        "blocking_collectives", "per_iter_skip") if k in cfg}
     versions = {"nccl": str(doc["nccl_version"])} if "nccl_version" in doc else {}
@@ -374,7 +423,11 @@ def parse_nccl_tests_json(text: str, source: str = "<nccl-tests.json>") -> NcclT
         source=source, collective=collective, rows=tuple(rows), ranks=tuple(ranks), warmup=warmup, iterations=iters,
         params=tuple(sorted(params.items())), versions=tuple(sorted(versions.items())),
         avg_busbw=_jnum(avg_obj, "bandwidth", source) if isinstance(avg_obj, dict) else None,
-        out_of_bounds=int(oob_obj["count"]) if isinstance(oob_obj, dict) and "count" in oob_obj else None,
+        out_of_bounds=(
+            _jint(oob_obj["count"], f"{source}: out_of_bounds", "count")
+            if isinstance(oob_obj, dict) and "count" in oob_obj
+            else None
+        ),
         per_iteration=str(cfg.get("per_iter_timing", "false")) == "true",
     )
 
@@ -383,9 +436,9 @@ def import_nccl_tests(path: str | Path) -> NcclTestsReport:
     """Read a file of nccl-tests output, JSON (``-J``) or text, deciding by its first character."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise NcclTestsError(str(p), f"cannot read: {exc.strerror or exc}") from exc
+        data = read_bounded(p, MAX_NCCL_TESTS_BYTES)
+    except BoundedInputError as exc:
+        raise NcclTestsError(exc.where, exc.message.removeprefix(f"{exc.where}: ")) from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

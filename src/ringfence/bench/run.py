@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ringfence.atomic import write_atomic
 from ringfence.bench.stats import algbw_gbps, busbw_gbps, coefficient_of_variation, nearest_rank
+from ringfence.bounded import BoundedInputError, loads_json, read_bounded
 from ringfence.errors import InputError
 
 __all__ = [
@@ -344,15 +345,10 @@ def load_run(path: str | Path) -> BenchRun:
     """Read a run file; a missing, non-JSON or malformed file is a :class:`RunFileError`."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RunFileError(str(p), f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise RunFileError(f"{p}@{exc.start}", "not UTF-8 text") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunFileError(f"{p}:{exc.lineno}", f"not JSON: {exc.msg}") from exc
+        # Bounded: size, nesting depth, NaN and duplicate keys are refused with file:line@offset.
+        data = loads_json(read_bounded(p), str(p))
+    except BoundedInputError as exc:
+        raise RunFileError(exc.where, exc.message.removeprefix(f"{exc.where}: ")) from exc
     if not isinstance(data, dict):
         raise RunFileError(str(p), "a run file is a JSON object")
     return run_from_dict(data, str(p))

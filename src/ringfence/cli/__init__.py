@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 
 from ringfence import __version__
 from ringfence.errors import RingfenceError
@@ -54,17 +55,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (tests call it in-process)."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
+    return run_verb(args.func, args, verbose=bool(args.verbose))
+
+
+def run_verb(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, verbose: bool) -> int:
+    """Run one verb behind the CLI's last line of defence; returns the exit code.
+
+    A :class:`RingfenceError` is the user's to act on: its diagnostics, exit 2. Anything else that
+    escapes is a bug of ours, but an operator piping ``ringfence`` into a review must still get one
+    line and exit 2, never a traceback on a hostile input; ``-v`` shows the traceback for the report.
+    """
     try:
-        code: int = args.func(args)
+        code: int = func(args)
     except RingfenceError as exc:
-        if args.verbose:
+        if verbose:
             raise
         print(exc.diagnostics(), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except RecursionError:
+        # Named apart: it means an input nested deeper than a reader's bound, a bug to fix at the reader.
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        print("internal error: RecursionError: input nested too deeply (please report this)", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the last line of defence: the one place that catches everything
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"internal error: {_one_line(exc)} (please report this; -v shows the traceback)", file=sys.stderr)
+        return 2
     return code
 
 
-__all__ = ["VERBS", "build_parser", "main"]
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, cut short: a hostile input must not flood stderr."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if len(first) > 200:
+        first = first[:200] + "…"
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+__all__ = ["VERBS", "build_parser", "main", "run_verb"]

@@ -1,7 +1,8 @@
-"""``ringfence evidence verify|show|export|head|repair``: the evidence store from the command line.
+"""``ringfence evidence verify|show|export|head|pubkey|repair``: the evidence store from the command line.
 
-``verify`` exits 0 when the store is intact, 1 when it was tampered with (or damaged), 2 when it
-cannot be read at all.
+``verify`` checks the hash chain and the Ed25519-signed checkpoint (see
+:mod:`ringfence.evidence.checkpoint` for where the key lives); it exits 0 when the store is intact,
+1 when it was tampered with (or damaged), 2 when it cannot be read at all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from ringfence.atomic import write_atomic
 from ringfence.errors import RingfenceError
 from ringfence.evidence import ChainHead, EvidenceStore
+from ringfence.evidence.checkpoint import public_bytes
 from ringfence.evidence.store import default_store_path
 
 
@@ -29,7 +31,7 @@ def _verify(args: argparse.Namespace) -> int:
             anchor = ChainHead.parse(args.anchor)
         except ValueError as exc:
             raise RingfenceError(f"--anchor: {exc}") from exc
-    report = _open(args).verify(anchor=anchor, check_blobs=not args.no_blobs)
+    report = _open(args).verify(anchor=anchor, check_blobs=not args.no_blobs, public_key=args.pubkey)
     if args.json:
         doc = {
             "ok": report.ok,
@@ -68,6 +70,12 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pubkey(args: argparse.Namespace) -> int:
+    # The public half of the checkpoint signing key, for `verify --pubkey` on a machine without the key.
+    print(public_bytes(_open(args).signer().public_key).hex())
+    return 0
+
+
 def _head(args: argparse.Namespace) -> int:
     print(_open(args).head())
     return 0
@@ -97,6 +105,8 @@ def register(sub: Any) -> None:
     v = esub.add_parser("verify", help="check the hash chain, head and blobs (exit 0 ok, 1 tampered, 2 unreadable)")
     store_arg(v)
     v.add_argument("--anchor", metavar="SEQ:SHA256", help="a chain head printed earlier the store must still extend")
+    v.add_argument("--pubkey", type=Path, metavar="FILE",
+                   help="the checkpoint verification key (hex or PEM; default: the public half of the signing key)")
     v.add_argument("--no-blobs", action="store_true", help="skip re-hashing the artifact blobs")
     v.add_argument("--json", action="store_true", help="print the verification report as JSON")
     v.set_defaults(func=_verify)
@@ -114,6 +124,10 @@ def register(sub: Any) -> None:
     h = esub.add_parser("head", help="print the chain head SEQ:SHA256 (keep it outside the store)")
     store_arg(h)
     h.set_defaults(func=_head)
+
+    k = esub.add_parser("pubkey", help="print the checkpoint verification key (hex) for `verify --pubkey`")
+    store_arg(k)
+    k.set_defaults(func=_pubkey)
 
     r = esub.add_parser("repair", help="remove an incomplete last line left by a crash (recorded as a note)")
     store_arg(r)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from ringfence.policy import load_policy, policy_schema
@@ -22,12 +23,20 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
+    # An expired exception exempts nothing any more: say so, and do not call the policy clean.
+    expired = policy.expired_exceptions(datetime.now(UTC).date())
+    for exc in expired:
+        print(
+            f"{args.policy}: exception {exc.id} ({exc.control}, {exc.subject}) expired on {exc.expires.isoformat()}; "
+            f"owner {exc.owner} must renew or remove it",
+            file=sys.stderr,
+        )
     print(
         f"{args.policy}: ok — {len(policy.zones)} zones, {len(policy.nodes)} nodes, {len(policy.jobs)} jobs, "
         f"{len(policy.services)} services, {len(policy.approved)} approved flows, "
-        f"{len(policy.exceptions)} exceptions"
+        f"{len(policy.exceptions)} exceptions" + (f" ({len(expired)} expired)" if expired else "")
     )
-    return 0
+    return 1 if expired else 0
 
 
 def register(sub: Any) -> None:

@@ -61,6 +61,7 @@ class TamperReason(StrEnum):
     ANCHOR_MISMATCH = "anchor-mismatch"  # the chain does not extend the exported anchor
     BLOB_MISSING = "blob-missing"  # an artifact's content is gone from the store
     BLOB_ALTERED = "blob-altered"  # an artifact's content no longer has its recorded sha256
+    UNSIGNED = "unsigned"  # the signed checkpoint is missing, forged, or does not name the last record
 
 
 class ChainHead(NamedTuple):

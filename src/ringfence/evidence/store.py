@@ -4,13 +4,15 @@ Layout of a store directory::
 
     evidence.jsonl   one record per line, canonical JSON, each chained to the one before by hash
     head             "SEQ:SHA256" of the last record, rewritten atomically after every append
+    checkpoint       that head signed with Ed25519 by a key kept outside the store (see checkpoint.py)
     blobs/<sha256>   artifacts, content-addressed, read-only
     .lock            the fcntl lock appenders hold (exclusive) and verifiers hold (shared)
 
 An append writes its whole line with one ``write`` on an ``O_APPEND`` descriptor, then fsyncs, so a
 crash leaves at most an incomplete last line; the next append refuses to build on it until
 :meth:`EvidenceStore.repair` removes it explicitly (keeping the removed bytes as a blob and recording
-a note). Earlier records are never rewritten.
+a note). Earlier records are never rewritten. Every commit also re-signs the checkpoint, so an
+appended forgery, a rewritten tail or a deleted last record fails ``verify`` without an anchor.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final
 
+from ringfence.evidence.checkpoint import (
+    Signer,
+    default_key_path,
+    load_public_key,
+    load_signer,
+    read_checkpoint,
+    write_checkpoint,
+)
 from ringfence.evidence.interface import (
     GENESIS,
     ChainHead,
@@ -43,7 +53,7 @@ from ringfence.evidence.interface import (
     record_hash,
     sha256_file,
 )
-from ringfence.evidence.verify import BadLine, decode_line, verify_store
+from ringfence.evidence.verify import MAX_RECORD_BYTES, BadLine, bounded_lines, decode_line, verify_store
 
 LOG: Final = "evidence.jsonl"
 HEAD: Final = "head"
@@ -132,9 +142,11 @@ def _oserror(action: str, path: Path, exc: OSError) -> EvidenceError:
 class EvidenceStore:
     """One evidence store directory. Safe to use from several processes at once (fcntl locks)."""
 
-    def __init__(self, path: Path, clock: Clock) -> None:
+    def __init__(self, path: Path, clock: Clock, key_path: Path | None = None) -> None:
         """Use :meth:`open`; this does not touch the disk."""
         self.path = path
+        self.key_path = key_path or default_key_path()
+        self._signer: Signer | None = None
         self.log_path = path / LOG
         self.head_path = path / HEAD
         self.blob_dir = path / BLOBS
@@ -144,13 +156,23 @@ class EvidenceStore:
     # -- opening -----------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = True, clock: Clock | None = None) -> EvidenceStore:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        clock: Clock | None = None,
+        key: str | os.PathLike[str] | None = None,
+    ) -> EvidenceStore:
         """Open the store in directory ``path``, creating it (durably) unless ``create`` is False.
+
+        ``key`` is the checkpoint signing key file (default :func:`~ringfence.evidence.checkpoint.
+        default_key_path`); it is read (or created) on the first commit, never for reading.
 
         Raises :class:`EvidenceError` when the directory is not a store and may not be created, or
         cannot be created or read.
         """
-        store = cls(Path(path), clock or _utc_now)
+        store = cls(Path(path), clock or _utc_now, Path(key) if key is not None else None)
         if store.log_path.is_file() or store.head_path.is_file():
             # A head without a log is a store whose log was removed: open it so verify can say so,
             # and never re-create it (that would hide the removal).
@@ -162,7 +184,14 @@ class EvidenceStore:
         store._create()
         return store
 
+    def signer(self) -> Signer:
+        """The checkpoint signer (the key is loaded, or created, on first use)."""
+        if self._signer is None:
+            self._signer = load_signer(self.key_path)
+        return self._signer
+
     def _create(self) -> None:
+        signer = self.signer()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             with self._locked(fcntl.LOCK_EX):
@@ -171,6 +200,7 @@ class EvidenceStore:
                 self.blob_dir.mkdir(exist_ok=True)
                 # The head goes first: whoever sees the log may append at once, and its head must win.
                 _write_head(self.head_path, ChainHead(0, GENESIS))
+                write_checkpoint(self.path, signer, ChainHead(0, GENESIS))
                 fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 try:
                     os.fsync(fd)
@@ -231,6 +261,7 @@ class EvidenceStore:
             return self._append_locked(pending)
 
     def _append_locked(self, pending: Sequence[NewRecord]) -> list[EvidenceId]:
+        signer = self.signer()  # before writing: a record that cannot be signed is not committed
         try:
             fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
         except OSError as exc:
@@ -268,8 +299,10 @@ class EvidenceStore:
             os.close(fd)
         try:
             _write_head(self.head_path, last)
+            write_checkpoint(self.path, signer, last)
         except OSError as exc:
-            # The records are durable; a head left behind is accepted by verify (it is on the chain).
+            # The records are durable; a head left behind is accepted by verify (it is on the chain),
+            # a checkpoint left behind is reported as unsigned records until the next commit signs them.
             raise _oserror("update the head of", self.path, exc) from exc
         return ids
 
@@ -284,6 +317,11 @@ class EvidenceStore:
             )
         start = size - 1
         while start > 0:
+            if size - start > MAX_RECORD_BYTES:
+                raise StoreDamaged(
+                    f"{self.log_path}: the last line is longer than {MAX_RECORD_BYTES} bytes: not a record",
+                    hint="run `ringfence evidence verify`; a tampered store must not be extended",
+                )
             step = min(_TAIL_STEP, start)
             chunk = os.pread(fd, step, start - step)
             nl = chunk.rfind(b"\n")
@@ -385,8 +423,13 @@ class EvidenceStore:
         except OSError as exc:
             raise _oserror("read", self.log_path, exc) from exc
         with fh:
-            for lineno, line in enumerate(fh, start=1):
+            for lineno, line in enumerate(bounded_lines(fh), start=1):
                 if not line.endswith(b"\n"):
+                    if len(line) > MAX_RECORD_BYTES:
+                        raise StoreDamaged(
+                            f"{self.log_path}:{lineno}: longer than {MAX_RECORD_BYTES} bytes: not a record",
+                            hint="run `ringfence evidence verify`",
+                        )
                     return
                 try:
                     yield decode_line(line, check_hash=False)
@@ -403,7 +446,7 @@ class EvidenceStore:
         except OSError as exc:
             raise _oserror("read", self.log_path, exc) from exc
         with fh:
-            for line in fh:
+            for line in bounded_lines(fh):
                 if line.endswith(b"\n"):
                     yield line
 
@@ -425,31 +468,63 @@ class EvidenceStore:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 # Ignore the incomplete line: the head is the last record that was committed.
-                data = os.pread(fd, size, 0)
-                size = data.rfind(b"\n") + 1
+                size = self._line_start(fd, size)
             return self._tail(fd, size)
         finally:
             os.close(fd)
 
     # -- checking and repairing --------------------------------------------------------------
 
-    def verify(self, *, anchor: ChainHead | None = None, check_blobs: bool = True) -> VerifyReport:
-        """Check the whole chain, the head file, the blobs and (if given) that it extends ``anchor``.
+    def verify(
+        self,
+        *,
+        anchor: ChainHead | None = None,
+        check_blobs: bool = True,
+        public_key: str | os.PathLike[str] | None = None,
+    ) -> VerifyReport:
+        """Check the whole chain, the head file, the signed checkpoint, the blobs and ``anchor``.
 
-        Never raises for tampering — that is the report; raises :class:`EvidenceError` only if
-        the store cannot be read at all.
+        The checkpoint is checked against ``public_key`` (a key file), else against the public half
+        of this store's signing key; with neither at hand the report is a failure, never a pass.
+        Never raises for tampering — that is the report; raises :class:`EvidenceError` only if the
+        store cannot be read at all.
         """
+        if public_key is not None:
+            key = load_public_key(Path(public_key))
+        elif self.key_path.is_file():
+            key = load_public_key(self.key_path)
+        else:
+            key = None
         try:
             with self._locked(fcntl.LOCK_SH):
-                return verify_store(self.log_path, self.head_path, self.blob_dir, anchor, check_blobs)
+                return verify_store(self.log_path, self.head_path, self.blob_dir, anchor, check_blobs, key)
         except OSError as exc:
             raise _oserror("verify", self.path, exc) from exc
+
+    def _line_start(self, fd: int, size: int) -> int:
+        """Offset just after the last newline before ``size`` (0 if none), looking back at most one record."""
+        pos = size
+        while pos > 0:
+            if size - pos > MAX_RECORD_BYTES:
+                raise StoreDamaged(
+                    f"{self.log_path}: the last {size - pos} bytes hold no newline: not an interrupted record",
+                    hint="run `ringfence evidence verify`; repair removes only what a crash can leave",
+                )
+            step = min(_TAIL_STEP, pos)
+            nl = os.pread(fd, step, pos - step).rfind(b"\n")
+            if nl >= 0:
+                return pos - step + nl + 1
+            pos -= step
+        return 0
 
     def repair(self) -> EvidenceId | None:
         """Remove an incomplete last line, keep its bytes as a blob and record a ``note``.
 
         Returns the note's id, or None if there was nothing to repair. Only an incomplete trailing
-        line is ever removed; a complete but altered record is left for :meth:`verify` to report.
+        line that a crash can leave is ever removed: it is refused (:class:`StoreDamaged`) when the
+        head file or the signed checkpoint say a later record was committed, when the fragment is a
+        whole record that lost its newline, or when it is longer than any record — those are
+        tampering or damage for :meth:`verify` to report, and removing them would hide it.
         """
         try:
             with self._locked(fcntl.LOCK_EX):
@@ -458,9 +533,11 @@ class EvidenceStore:
                     size = os.fstat(fd).st_size
                     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
                         return None
-                    data = os.pread(fd, size, 0)
-                    cut = data.rfind(b"\n") + 1
-                    fragment = data[cut:]
+                    cut = self._line_start(fd, size)
+                    last = self._tail(fd, cut)
+                    self._refuse_if_committed(last)
+                    fragment = os.pread(fd, size - cut, cut)
+                    self._refuse_if_record(fragment, last)
                     digest, _ = self._store_blob(fragment)
                     os.ftruncate(fd, cut)
                     os.fsync(fd)
@@ -476,6 +553,36 @@ class EvidenceStore:
                 return self._append_locked([entry])[0]
         except OSError as exc:
             raise _oserror("repair", self.log_path, exc) from exc
+
+    def _refuse_if_committed(self, last: ChainHead) -> None:
+        """Refuse when the head or the signed checkpoint is beyond the last complete record."""
+        claims: list[tuple[str, int]] = []
+        try:
+            claims.append(("head file", ChainHead.parse(self.head_path.read_text(encoding="ascii")).seq))
+        except (OSError, ValueError, UnicodeDecodeError):
+            pass  # an unreadable head claims nothing; verify reports it
+        signed = read_checkpoint(self.path, self.signer().public_key)
+        if isinstance(signed, ChainHead):
+            claims.append(("signed checkpoint", signed.seq))
+        for label, seq in claims:
+            if seq > last.seq:
+                raise StoreDamaged(
+                    f"{self.log_path}: the {label} says seq {seq} was committed, but the last complete record is "
+                    f"seq {last.seq}: records were cut off, not interrupted",
+                    hint="this is truncation, not a crash: restore the store from a copy; repair will not hide it",
+                )
+
+    def _refuse_if_record(self, fragment: bytes, last: ChainHead) -> None:
+        """Refuse when the unterminated last line is a whole, chained record (only its newline is gone)."""
+        try:
+            record = decode_line(fragment)
+        except BadLine:
+            return
+        if record.seq == last.seq + 1 and record.prev == last.hash:
+            raise StoreDamaged(
+                f"{self.log_path}: the last line is complete record seq {record.seq} without its newline",
+                hint="repair never removes a complete record; restore the newline or the store from a copy",
+            )
 
 
 __all__ = ["BLOBS", "HEAD", "LOCK", "LOG", "Clock", "EvidenceStore", "NewRecord", "default_store_path", "format_time"]

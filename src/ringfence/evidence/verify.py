@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ringfence.evidence.checkpoint import read_checkpoint
 from ringfence.evidence.interface import (
     GENESIS,
     ChainHead,
@@ -30,6 +34,21 @@ from ringfence.evidence.interface import (
 )
 
 _FIELDS: Final = frozenset({"seq", "time", "kind", "source", "subject", "data", "inputs", "prev", "hash"})
+#: The longest line a record may take. Bulky content belongs in a blob; a longer "line" is not a
+#: record (it is, say, gigabytes of zeros appended), and reading it whole would cost its size in memory.
+MAX_RECORD_BYTES: Final = 64 << 20
+
+
+def bounded_lines(fh: BinaryIO, limit: int = MAX_RECORD_BYTES) -> Iterator[bytes]:
+    """The lines of ``fh``; a line longer than ``limit`` is yielded cut at ``limit + 1`` bytes (no
+    newline), and iteration stops there — memory stays bounded by ``limit`` whatever the file holds."""
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        yield line
+        if not line.endswith(b"\n"):
+            return
 
 
 class BadLine(Exception):
@@ -98,7 +117,7 @@ def _to_record(obj: dict[str, Any]) -> Record:
 
 def _seq_appears_later(fh: BinaryIO, seq: int) -> bool:
     # Only on the failure path: tell a deleted record from a moved one by looking for its number.
-    for line in fh:
+    for line in bounded_lines(fh):
         try:
             obj = json.loads(line)
         except ValueError:
@@ -134,11 +153,30 @@ def _read_head(head_path: Path) -> ChainHead | str:
 
 
 def verify_store(
-    log_path: Path, head_path: Path, blob_dir: Path, anchor: ChainHead | None, check_blobs: bool
+    log_path: Path,
+    head_path: Path,
+    blob_dir: Path,
+    anchor: ChainHead | None,
+    check_blobs: bool,
+    public_key: Ed25519PublicKey | None = None,
+    *,
+    require_signature: bool = True,
 ) -> VerifyReport:
-    """Verify a store's files (see the module docstring). Raises only :class:`OSError`."""
+    """Verify a store's files (see the module docstring). Raises only :class:`OSError`.
+
+    With ``require_signature`` (the default) the store's signed checkpoint must verify with
+    ``public_key`` and name the chain's last record: a missing key or checkpoint is a failure, not a
+    pass, because an unsigned head is exactly what an attacker who rewrote the tail would leave.
+    """
     head = _read_head(head_path)
-    wanted = {h.seq for h in (head, anchor) if isinstance(h, ChainHead)}
+    signed: ChainHead | str | None = None
+    if require_signature:
+        signed = "no verification key for the signed checkpoint" if public_key is None else None
+        if public_key is not None:
+            signed = read_checkpoint(log_path.parent, public_key)
+    refs = [h for h in (head, anchor, signed) if isinstance(h, ChainHead)]
+    wanted = {h.seq for h in refs}
+    committed = max((h.seq for h in refs), default=0)
     seen: dict[int, str] = {0: GENESIS}
     last = ChainHead(0, GENESIS)
     count = 0
@@ -153,11 +191,21 @@ def verify_store(
         fh = io.BytesIO()  # a removed log is an empty chain: the head check below reports the truncation
     with fh:
         offset = 0
-        for lineno, line in enumerate(fh, start=1):
+        for lineno, line in enumerate(bounded_lines(fh), start=1):
             where = f"line {lineno} (byte {offset})"
             offset += len(line)
             expected = last.seq + 1
             if not line.endswith(b"\n"):
+                if len(line) > MAX_RECORD_BYTES:
+                    return bad(expected, TamperReason.MALFORMED, f"{where} is longer than {MAX_RECORD_BYTES} bytes")
+                if committed > last.seq:
+                    # A crash mid-append leaves the head at the last complete record; a head (or a
+                    # signed checkpoint) beyond it means committed records were cut off.
+                    return bad(
+                        expected,
+                        TamperReason.TRUNCATED,
+                        f"{where} is cut off ({len(line)} bytes, no newline) but seq {committed} was committed",
+                    )
                 return bad(expected, TamperReason.PARTIAL, f"{where} is incomplete: {len(line)} bytes, no newline")
             try:
                 record = decode_line(line)
@@ -184,6 +232,7 @@ def verify_store(
     for label, ref, mismatch in (
         ("head file", head, TamperReason.HEAD_MISMATCH),
         ("anchor", anchor, TamperReason.ANCHOR_MISMATCH),
+        ("signed checkpoint", signed, TamperReason.UNSIGNED),
     ):
         if ref is None:
             continue
@@ -193,7 +242,14 @@ def verify_store(
             return bad(last.seq + 1, TamperReason.TRUNCATED, f"the chain ends at seq {last.seq}; the {label} is {ref}")
         if seen.get(ref.seq) != ref.hash:
             return bad(ref.seq, mismatch, f"the {label} is {ref}; the chain has seq {ref.seq} = {seen.get(ref.seq)}")
+    if isinstance(signed, ChainHead) and signed.seq < last.seq:
+        return bad(
+            signed.seq + 1,
+            TamperReason.UNSIGNED,
+            f"records {signed.seq + 1}–{last.seq} come after the last signed checkpoint {signed}: appended without "
+            "the signing key (or a crash between the append and its signature)",
+        )
     return VerifyReport(ok=True, records=count, head=last)
 
 
-__all__ = ["BadLine", "decode_line", "verify_store"]
+__all__ = ["MAX_RECORD_BYTES", "BadLine", "bounded_lines", "decode_line", "verify_store"]

@@ -1,7 +1,8 @@
-"""The intended state (policy-as-code). Imports nothing else of ringfence's but errors."""
+"""The intended state (policy-as-code). Imports nothing else of ringfence's but errors and bounded loading."""
 
 from ringfence.policy.load import PolicyError, load_policy, parse_policy, policy_schema
 from ringfence.policy.model import (
+    CONTROL_POINTS,
     ApprovedFlow,
     Budget,
     Classes,
@@ -20,9 +21,12 @@ from ringfence.policy.model import (
     TrafficClass,
     Trust,
     Zone,
+    canonical_address,
+    parse_duration,
 )
 
 __all__ = [
+    "CONTROL_POINTS",
     "ApprovedFlow",
     "Budget",
     "ClassPolicy",
@@ -42,7 +46,9 @@ __all__ = [
     "TrafficClass",
     "Trust",
     "Zone",
+    "canonical_address",
     "load_policy",
     "parse_policy",
+    "parse_duration",
     "policy_schema",
 ]

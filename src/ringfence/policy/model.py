@@ -7,13 +7,58 @@ Strict, frozen pydantic models (``extra="forbid"``) — the only place that know
 from __future__ import annotations
 
 import ipaddress
-from datetime import date
+import re
+from datetime import date, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
+
+#: The ten control points (DESIGN.md step 5), in order. A policy names only these: an exception or
+#: an owner for a misspelt control would apply to nothing while looking like it applies.
+CONTROL_POINTS: tuple[str, ...] = (
+    "zones",
+    "workload_identity",
+    "admin_paths",
+    "storage_flows",
+    "training_traffic",
+    "egress",
+    "encryption_keys",
+    "telemetry",
+    "change_control",
+    "containment",
+)
+
+#: A positive duration: a count and one unit (s, m, h, d), e.g. ``30m``, ``24h``, ``7d``.
+_DURATION = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Longest duration accepted (10 years): beyond it a lifetime or interval is a typo, not a policy.
+MAX_DURATION = timedelta(days=3650)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"24h"`` → ``timedelta(hours=24)``; ``ValueError`` for anything but a positive count and one unit."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise ValueError(f"{text[:40]!r} is not a positive duration like 30m, 24h or 7d (units s, m, h, d)")
+    value = timedelta(seconds=int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+    if value > MAX_DURATION:
+        raise ValueError(f"{text!r} is longer than {MAX_DURATION.days} days")
+    return value
+
+
+def canonical_address(text: str) -> str:
+    """The canonical text of an IP address; an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is IPv4.
+
+    A dual-stack socket reports IPv4 peers in the mapped form: it is the same host, so one node and
+    one flow endpoint, never two.
+    """
+    ip = ipaddress.ip_address(text)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
 
 
 class _Strict(BaseModel):
@@ -99,9 +144,7 @@ class Node(_Strict):
     @field_validator("addresses")
     @classmethod
     def _addresses_are_ips(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for a in v:
-            ipaddress.ip_address(a)  # ValueError names the bad address
-        return tuple(str(ipaddress.ip_address(a)) for a in v)
+        return tuple(canonical_address(a) for a in v)  # ValueError names the bad address
 
 
 class Job(_Strict):
@@ -243,6 +286,17 @@ class Keys(_Strict):
     rotation: str = "12h"
     tunnel_rekey: str = "2m"
 
+    @field_validator("cert_lifetime", "rotation", "tunnel_rekey")
+    @classmethod
+    def _positive_duration(cls, v: str) -> str:
+        # Checked here, not where used: a check that silently skips an unparsable interval is a pass.
+        parse_duration(v)
+        return v
+
+    def duration(self, name: str) -> timedelta:
+        """``cert_lifetime``, ``rotation`` or ``tunnel_rekey`` as a timedelta (validated when loaded)."""
+        return parse_duration(str(getattr(self, name)))
+
 
 DURATION = r"^[1-9][0-9]*[smhd]$"
 
@@ -266,6 +320,13 @@ class ExceptionEntry(_Strict):
     review_trigger: str = ""
     compensating: tuple[str, ...] = ()
     trusted_boundary: str = ""
+
+    @field_validator("control")
+    @classmethod
+    def _known_control(cls, v: str) -> str:
+        if v not in CONTROL_POINTS:
+            raise ValueError(f"unknown control {v[:60]!r}; the control points are {', '.join(CONTROL_POINTS)}")
+        return v
 
 
 class ControlOwner(_Strict):
@@ -295,6 +356,20 @@ class Policy(_Strict):
     controls: dict[str, ControlOwner] = Field(default_factory=dict)
     facts: FactAges = FactAges()
 
+    @field_validator("controls")
+    @classmethod
+    def _known_controls(cls, v: dict[str, ControlOwner]) -> dict[str, ControlOwner]:
+        unknown = [k for k in v if k not in CONTROL_POINTS]
+        if unknown:
+            raise ValueError(
+                f"unknown control {unknown[0][:60]!r}; the control points are {', '.join(CONTROL_POINTS)}"
+            )
+        return v
+
+    def expired_exceptions(self, today: date) -> tuple[ExceptionEntry, ...]:
+        """Exceptions whose ``expires`` date is before ``today``: they exempt nothing any more."""
+        return tuple(e for e in self.exceptions if e.expires < today)
+
     # Lookups used everywhere; cheap enough to compute on demand for inventories of 10k nodes.
     def zone(self, name: str) -> Zone | None:
         """The zone called ``name``."""
@@ -314,6 +389,8 @@ class Policy(_Strict):
 
 
 __all__ = [
+    "CONTROL_POINTS",
+    "MAX_DURATION",
     "ApprovedFlow",
     "Budget",
     "ClassPolicy",
@@ -332,4 +409,6 @@ __all__ = [
     "TrafficClass",
     "Trust",
     "Zone",
+    "canonical_address",
+    "parse_duration",
 ]

@@ -23,7 +23,12 @@ from ringfence.observe.schema import TS
 #: Warnings kept per file; the rest are only counted (a hostile file must not flood the terminal).
 MAX_WARNINGS: Final = 20
 #: Bytes read per block: large enough for the Arrow parsers to be efficient, small enough to bound memory.
-BLOCK_SIZE: Final = 16 << 20
+#: Memory per block is a few int64 arrays per *line*, so a block of nothing but newlines (4 Mi lines)
+#: costs ~200 MB at most; 16 MiB blocks cost 1.1 GB on a file of empty lines.
+BLOCK_SIZE: Final = 4 << 20
+#: The longest line a text flow log may have. Real Zeek/VPC/Hubble lines are under a few KiB; a
+#: longer one is skipped with a warning while being read through, never held in memory whole.
+MAX_LINE_BYTES: Final = 1 << 20
 
 #: IP protocol numbers by the names flow logs use.
 PROTO_NUMBERS: Final[dict[str, int]] = {
@@ -77,12 +82,19 @@ def read_head(path: Path, size: int = 4096) -> bytes:
 
 
 def iter_line_blocks(
-    path: Path, *, progress: ProgressFn | None = None, block_size: int = BLOCK_SIZE
+    path: Path,
+    *,
+    progress: ProgressFn | None = None,
+    block_size: int = BLOCK_SIZE,
+    warnings: WarningLog | None = None,
+    max_line: int = MAX_LINE_BYTES,
 ) -> Iterator[tuple[int, bytes]]:
     """Yield ``(number of the block's first line, block)``; every block but the last ends with ``\\n``.
 
-    A single line longer than ``block_size`` is carried over until it ends, so a hostile huge line
-    costs memory proportional to that line only.
+    A line longer than ``max_line`` is never held whole: it is read through and dropped, with a
+    warning naming its line (or, without ``warnings``, a :class:`FlowSourceError`), so memory stays
+    bounded by ``block_size + max_line`` whatever the file holds. A file whose lines end in CR alone
+    is refused at once: every record would otherwise be one huge "line".
     """
     try:
         total = path.stat().st_size
@@ -90,25 +102,97 @@ def iter_line_blocks(
             done = 0
             line_no = 1
             carry = b""
+            skipping = False  # inside an over-long line: drop bytes until its newline
+            first = True
             while True:
                 chunk = fh.read(block_size)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, total)
+                if first and chunk:
+                    _refuse_cr_only(path, chunk)
+                    first = False
                 if not chunk:
-                    if carry:
+                    if carry and not skipping:
                         yield line_no, carry
                     return
-                buf = carry + chunk
+                if skipping:
+                    nl = chunk.find(b"\n")
+                    if nl < 0:
+                        continue
+                    chunk = chunk[nl + 1 :]
+                    skipping = False
+                    line_no += 1
+                buf = carry + chunk if carry else chunk
                 cut = buf.rfind(b"\n") + 1
                 if cut == 0:
-                    carry = buf
+                    if len(buf) > max_line:
+                        _long_line(path, line_no, max_line, warnings)
+                        carry, skipping = b"", True
+                    else:
+                        carry = buf
                     continue
                 block, carry = buf[:cut], buf[cut:]
                 yield line_no, block
                 line_no += block.count(b"\n")
+                if len(carry) > max_line:
+                    _long_line(path, line_no, max_line, warnings)
+                    carry, skipping = b"", True
     except OSError as exc:
         raise os_error(path, exc) from exc
+
+
+def _long_line(path: Path, line_no: int, max_line: int, warnings: WarningLog | None) -> None:
+    message = f"longer than {max_line} bytes: not a record (skipped without reading it into memory)"
+    if warnings is None:
+        raise FlowSourceError(f"{path}:{line_no}", message)
+    warnings.add(f"{path}:{line_no}: {message}")
+
+
+def _refuse_cr_only(path: Path, head: bytes) -> None:
+    """CR-only line endings (classic Mac) would make the whole file one line: say so, briefly."""
+    window = head[: 1 << 16]
+    if b"\n" not in window and window.count(b"\r") >= 2:
+        raise FlowSourceError(
+            f"{path}:1",
+            "lines end in CR alone; flow logs end lines in LF (or CRLF)",
+            hint="convert the line endings, e.g. `tr '\\r' '\\n' < IN > OUT`",
+        )
+
+
+def invalid_utf8_rows(
+    buf: bytes, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], keep: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.bool_]:
+    """Mask of kept lines that are not valid UTF-8 (so one bad byte costs one line, not the file).
+
+    The usual block is checked by one decode in C. A bad byte is located from the decoder's offset
+    and the scan resumes after its line; past a few bad lines the rest is checked line by line, so a
+    block full of bad bytes stays linear.
+    """
+    bad = np.zeros(starts.size, dtype=bool)
+    if not keep.any():
+        return bad
+    view = memoryview(buf)
+    pos = 0
+    for _ in range(16):
+        try:
+            str(view[pos:], "utf-8")
+            return bad & keep
+        except UnicodeDecodeError as exc:
+            at = pos + exc.start
+            row = int(np.searchsorted(starts, at, side="right")) - 1
+            bad[row] = True
+            pos = int(starts[row + 1]) if row + 1 < starts.size else len(buf)
+            if pos >= len(buf):
+                return bad & keep
+    first = int(np.searchsorted(starts, pos, side="left"))
+    for row in range(first, starts.size):
+        if keep[row]:
+            try:
+                str(view[int(starts[row]) : int(ends[row])], "utf-8")
+            except UnicodeDecodeError:
+                bad[row] = True
+    return bad & keep
 
 
 def line_spans(buf: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -159,9 +243,13 @@ def canonical_ips(col: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, npt.NDArra
     canon: list[str | None] = []
     for text in dictionary:
         try:
-            canon.append(str(ipaddress.ip_address(text.strip())))
+            ip = ipaddress.ip_address(text.strip())
         except ValueError:
             canon.append(None)
+            continue
+        # A dual-stack socket logs IPv4 peers as ::ffff:a.b.c.d: the same host as the policy's IPv4 node.
+        mapped4 = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        canon.append(str(mapped4 if mapped4 is not None else ip))
     mapped = pa.DictionaryArray.from_arrays(enc.indices, pa.array(canon, pa.string())).cast(pa.string())
     valid = np.asarray(mapped.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     return mapped, valid
@@ -282,6 +370,7 @@ def describe_lines(first_line: int, rows: npt.NDArray[np.int64]) -> str:
 
 __all__ = [
     "BLOCK_SIZE",
+    "MAX_LINE_BYTES",
     "MAX_WARNINGS",
     "PROTO_NUMBERS",
     "WarningLog",
@@ -289,6 +378,7 @@ __all__ = [
     "count_per_line",
     "describe_lines",
     "epoch_seconds_to_ts",
+    "invalid_utf8_rows",
     "iso_to_ts",
     "iter_line_blocks",
     "join_lines",

@@ -28,6 +28,18 @@ IE_LAST_UPTIME, IE_FIRST_UPTIME, IE_SRC6, IE_DST6, IE_VLAN = 21, 22, 27, 28, 58
 IE_START_S, IE_END_S, IE_START_MS, IE_END_MS, IE_START_US, IE_END_US, IE_DOT1Q = 150, 151, 152, 153, 154, 155, 243
 IE_OCTETS_TOTAL, IE_PACKETS_TOTAL = 85, 86
 _FLUSH: Final = 65536  # records gathered per template before a bulk decode (bounds memory)
+#: Templates held at once, over all observation domains. Exporters define a handful; a file defining
+#: tens of thousands is hostile, and each one held costs memory. Beyond it new templates are ignored
+#: (with one warning) and their data sets are reported as records without a template.
+MAX_TEMPLATES: Final = 4096
+#: Decoded tables kept before they are concatenated into one: many tiny tables (one per redefinition
+#: of a template) would otherwise cost per-table overhead without bound.
+_COMPACT: Final = 256
+#: Largest counter accepted (as in the text readers): 2^62 packets or bytes is already absurd, and
+#: 2^64-1 (an exporter's "unknown") must not wrap to -1.
+_MAX_COUNTER: Final = 2**62
+#: Latest flow time accepted, in ms since 1970: timestamps in ns must fit int64 (year 2262).
+_MAX_MS: Final = (2**63 - 1) // 1_000_000
 
 _V5 = np.dtype(
     [
@@ -79,6 +91,8 @@ class RawDatagramParser:
         self.tables: list[pa.Table] = []
         self.missing_template_sets = 0
         self.records = 0
+        self._template_limit_warned = False
+        self.templates_ignored = 0
 
     def parse(self, data: bytes, progress: ProgressFn | None = None) -> list[pa.Table]:
         """Parse the whole buffer; raises :class:`FlowSourceError` where framing is lost."""
@@ -118,7 +132,7 @@ class RawDatagramParser:
         first = export_ms - (uptime - rec["first"].astype(np.int64))
         last = export_ms - (uptime - rec["last"].astype(np.int64))
         self.records += count
-        self.tables.append(
+        self._keep(
             _table(
                 src=_ip4_text(rec["src"]),
                 dst=_ip4_text(rec["dst"]),
@@ -216,9 +230,20 @@ class RawDatagramParser:
                     variable = True
                 fields.append((ie & 0x7FFF, offset, flen))
                 offset += flen
+            if count == 0:
+                self._withdraw(version, domain, tid, pos)
+                continue
             if tid < 256:
                 raise self._err(pos, f"template id {tid} below 256")
             key = (version, domain, tid)
+            if key not in self.templates and len(self.templates) >= MAX_TEMPLATES:
+                self.templates_ignored += 1
+                if not self._template_limit_warned:
+                    self.warnings.add(
+                        f"{self.path}@{pos}: more than {MAX_TEMPLATES} templates defined; later ones are ignored"
+                    )
+                    self._template_limit_warned = True
+                continue
             if key in self.pending:
                 self._flush(key)  # a redefined template: decode what was gathered under the old one
             if variable:
@@ -226,6 +251,21 @@ class RawDatagramParser:
                 self.templates[key] = None
             else:
                 self.templates[key] = tuple(fields)
+
+    def _withdraw(self, version: int, domain: int, tid: int, pos: int) -> None:
+        """A template withdrawal (field count 0, RFC 7011 §8.1): one template, or all of the domain's.
+
+        Records gathered under a withdrawn template are decoded first: they were sent while it held.
+        """
+        if tid >= 256:
+            keys = [(version, domain, tid)]
+        elif version == 10 and tid in (2, 3):  # "withdraw all (options) templates" of this domain
+            keys = [k for k in self.templates if k[0] == version and k[1] == domain]
+        else:
+            raise self._err(pos, f"template withdrawal for id {tid}, which is no template")
+        for key in keys:
+            self._flush(key)
+            self.templates.pop(key, None)
 
     def _gather(
         self,
@@ -264,15 +304,30 @@ class RawDatagramParser:
         uptime = np.concatenate(pend.uptime_ms)
         by_ie = {ie: (off, flen) for ie, off, flen in pend.fields if ie}
 
-        def num(ie: int) -> npt.NDArray[np.int64] | None:
+        too_big = np.zeros(pend.count, dtype=bool)
+
+        def unsigned(ie: int) -> npt.NDArray[np.uint64] | None:
             if ie not in by_ie:
                 return None
             off, flen = by_ie[ie]
-            if flen > 8:
+            if flen > 8 or flen == 0:
                 return None
             cols = raw[:, off : off + flen].astype(np.uint64)
             weights = (np.uint64(256) ** np.arange(flen - 1, -1, -1, dtype=np.uint64)).astype(np.uint64)
-            return np.asarray((cols * weights).sum(axis=1).astype(np.int64), dtype=np.int64)
+            return np.asarray((cols * weights).sum(axis=1, dtype=np.uint64), dtype=np.uint64)
+
+        def num(ie: int) -> npt.NDArray[np.int64] | None:
+            value = unsigned(ie)
+            if value is None:
+                return None
+            # Values beyond int64 are clamped (never wrapped to negative); counters and times check ranges.
+            return np.minimum(value, np.uint64(2**63 - 1)).astype(np.int64)
+
+        def counter(ie: int) -> npt.NDArray[np.int64] | None:
+            value = num(ie)
+            if value is not None:
+                too_big[value > _MAX_COUNTER] = True
+            return value
 
         def addr(ie4: int, ie6: int) -> pa.Array | None:
             if ie4 in by_ie and by_ie[ie4][1] == 4:
@@ -285,8 +340,8 @@ class RawDatagramParser:
 
         src, dst = addr(IE_SRC4, IE_SRC6), addr(IE_DST4, IE_DST6)
         proto = num(IE_PROTO)
-        packets = num(IE_PACKETS) if IE_PACKETS in by_ie else num(IE_PACKETS_TOTAL)
-        octets = num(IE_OCTETS) if IE_OCTETS in by_ie else num(IE_OCTETS_TOTAL)
+        packets = counter(IE_PACKETS) if IE_PACKETS in by_ie else counter(IE_PACKETS_TOTAL)
+        octets = counter(IE_OCTETS) if IE_OCTETS in by_ie else counter(IE_OCTETS_TOTAL)
         if src is None or dst is None or proto is None or packets is None or octets is None:
             self.warnings.add(
                 f"{self.path}: {pend.count} record(s) of template {key[2]} skipped: "
@@ -294,11 +349,21 @@ class RawDatagramParser:
             )
             return
         first, last = _times(num, export_ms, uptime)
+        bad_time = np.zeros(pend.count, dtype=bool)
+        for ms in (first, last):
+            if ms is not None:
+                wrong = (ms < 0) | (ms > _MAX_MS)
+                bad_time |= wrong & (ms != -1)
+                ms[wrong] = -1  # unknown, never a wrapped 1970
+        if bad_time.any():
+            self.warnings.add(
+                f"{self.path}: {int(bad_time.sum())} record(s) of template {key[2]} have a flow time beyond year "
+                "2262 or before 1970: first/last seen left empty"
+            )
         zeros = np.full(pend.count, -1, dtype=np.int64)
         sport, dport = num(IE_SPORT), num(IE_DPORT)
         vlan = num(IE_DOT1Q) if IE_DOT1Q in by_ie else num(IE_VLAN)
-        self.tables.append(
-            _table(
+        table = _table(
                 src=src,
                 dst=dst,
                 sport=(zeros if sport is None else sport).astype(np.int32),
@@ -312,7 +377,18 @@ class RawDatagramParser:
                 vlan=vlan,
                 vantage=pend.vantage,
             )
-        )
+        if too_big.any():
+            self.warnings.add(
+                f"{self.path}: {int(too_big.sum())} record(s) of template {key[2]} skipped: packet or byte counter "
+                f"above 2^62 (2^64-1 is an exporter's 'unknown', not a count)"
+            )
+            table = table.filter(pa.array(~too_big))
+        self._keep(table)
+
+    def _keep(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        if len(self.tables) >= _COMPACT:
+            self.tables = [pa.concat_tables(self.tables).combine_chunks()]
 
 
 def _times(
@@ -327,7 +403,7 @@ def _times(
     ):
         s, e = num(start_ie), num(end_ie)
         if s is not None and e is not None:
-            return (s * scale).astype(np.int64), (e * scale).astype(np.int64)
+            return _scaled_ms(s, scale), _scaled_ms(e, scale)
     s, e = num(IE_FIRST_UPTIME), num(IE_LAST_UPTIME)
     if s is not None and e is not None:
         known = uptime >= 0
@@ -335,6 +411,15 @@ def _times(
         last = np.where(known, export_ms - (uptime - e), -1)
         return first, last
     return None, None
+
+
+def _scaled_ms(values: npt.NDArray[np.int64], scale: float) -> npt.NDArray[np.int64]:
+    """Times in ms; a value whose ms would not fit (seconds of 2^62) becomes -2: flagged as out of range."""
+    ms = values.astype(np.float64) * scale
+    out = np.full(values.shape, -2, dtype=np.int64)
+    fits = ms <= float(_MAX_MS)
+    out[fits] = ms[fits].astype(np.int64)
+    return out
 
 
 def _ip4_text(values: npt.NDArray[np.uint32]) -> pa.Array:
@@ -401,4 +486,4 @@ def _table(
     return table.cast(RECORD_SCHEMA)
 
 
-__all__ = ["RawDatagramParser"]
+__all__ = ["MAX_TEMPLATES", "RawDatagramParser"]

@@ -27,7 +27,7 @@ import pyarrow.csv as pacsv
 from ringfence.errors import EnvironmentProblem
 from ringfence.observe.flows._bidir import RECORD_SCHEMA, to_conversations
 from ringfence.observe.flows._common import WarningLog, canonical_ips, iso_to_ts, os_error, parse_uint, read_head
-from ringfence.observe.flows._netflow_raw import RawDatagramParser
+from ringfence.observe.flows._netflow_raw import MAX_TEMPLATES, RawDatagramParser
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
 from ringfence.observe.schema import Protection, conform
 
@@ -102,9 +102,14 @@ def _read_raw(path: Path, warnings: WarningLog, progress: ProgressFn | None) -> 
     except OSError as exc:
         raise os_error(path, exc) from exc
     if rec.num_rows == 0 and parser.missing_template_sets:
+        ignored = (
+            f"; {parser.templates_ignored} template(s) ignored beyond the limit of {MAX_TEMPLATES}"
+            if parser.templates_ignored
+            else ""
+        )
         raise FlowSourceError(
             f"{path}@0",
-            f"{parser.missing_template_sets} data set(s) but none of their templates",
+            f"{parser.missing_template_sets} data set(s) but none of their templates{ignored}",
             hint="templates travel in separate datagrams: concatenate the template file first (cat tpl.dat data.dat)",
         )
     return rec, parser.records

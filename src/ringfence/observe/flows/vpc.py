@@ -27,6 +27,7 @@ from ringfence.observe.flows._common import (
     count_per_line,
     describe_lines,
     epoch_seconds_to_ts,
+    invalid_utf8_rows,
     iter_line_blocks,
     join_lines,
     line_spans,
@@ -70,7 +71,7 @@ class VpcFlowLogReader:
         parts: list[pa.Table] = []
         records = 0
         skipped_status: dict[str, int] = {}
-        for first_line, block in iter_line_blocks(path, progress=progress):
+        for first_line, block in iter_line_blocks(path, progress=progress, warnings=warnings):
             starts, ends = line_spans(block)
             keep = ends > starts
             if has_header and first_line == 1 and keep.size:
@@ -78,7 +79,14 @@ class VpcFlowLogReader:
             records += int(keep.sum())
             seps = count_per_line(block, starts, ends, 0x20)
             ok = keep & (seps == len(fields) - 1)
-            wrong = np.flatnonzero(keep & ~ok)
+            not_text = invalid_utf8_rows(block, starts, ends, ok)
+            if not_text.any():
+                warnings.add(
+                    f"{path}: {int(not_text.sum())} record(s) skipped, "
+                    f"{describe_lines(first_line, np.flatnonzero(not_text))}: not UTF-8 text"
+                )
+                ok &= ~not_text
+            wrong = np.flatnonzero(keep & ~ok & ~not_text)
             if wrong.size:
                 warnings.add(
                     f"{path}: {wrong.size} record(s) skipped, {describe_lines(first_line, wrong)}: "

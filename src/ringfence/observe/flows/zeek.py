@@ -27,6 +27,7 @@ from ringfence.observe.flows._common import (
     count_per_line,
     describe_lines,
     epoch_seconds_to_ts,
+    invalid_utf8_rows,
     iter_line_blocks,
     join_lines,
     line_spans,
@@ -121,7 +122,7 @@ class ZeekReader:
         pending: dict[bytes, bytes] = {}
         batches: list[ZeekColumns] = []
         records = 0
-        for first_line, block in iter_line_blocks(path, progress=progress):
+        for first_line, block in iter_line_blocks(path, progress=progress, warnings=warnings):
             starts, ends = line_spans(block)
             arr = np.frombuffer(block, dtype=np.uint8)
             nonempty = ends > starts
@@ -160,7 +161,7 @@ def _directive(line: bytes, pending: dict[bytes, bytes], header: _Header | None,
     if line.startswith(b"#separator"):
         value = _unescape(line[len(b"#separator") :].strip(b" \t"))
         if len(value) != 1:
-            raise FlowSourceError(where, f"unsupported #separator {value!r}: a single byte is expected")
+            raise FlowSourceError(where, f"unsupported #separator {value[:20]!r}: a single byte is expected")
         pending.clear()
         pending[b"separator"] = value
         return header
@@ -201,7 +202,15 @@ def _parse_tsv_rows(
 ) -> tuple[ZeekColumns | None, int]:
     seps = count_per_line(block, starts, ends, header.sep[0])
     ok = keep & (seps == len(header.fields) - 1)
-    wrong = np.flatnonzero(keep & ~ok)
+    not_text = invalid_utf8_rows(block, starts, ends, ok)
+    if not_text.any():
+        # One bad byte costs its line, named, not the whole file (Arrow's CSV reader names no line).
+        warnings.add(
+            f"{path}: {int(not_text.sum())} record(s) skipped, "
+            f"{describe_lines(first_line, np.flatnonzero(not_text))}: not UTF-8 text"
+        )
+        ok &= ~not_text
+    wrong = np.flatnonzero(keep & ~ok & ~not_text)
     if wrong.size:
         warnings.add(
             f"{path}: {wrong.size} record(s) skipped, {describe_lines(first_line, wrong)}: "
