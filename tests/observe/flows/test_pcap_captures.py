@@ -20,7 +20,7 @@ from ringfence.observe.schema import FLOW_SCHEMA
 CAPTURES = Path(__file__).resolve().parents[3] / ".." / "shared" / "captures" / "tcpdump-tests"
 ALL = sorted(p.name for p in CAPTURES.glob("*.pcap*")) if CAPTURES.is_dir() else []
 WITH_OUT = [n for n in ALL if (CAPTURES / n).with_suffix(".out").is_file()]
-TUNNEL_PORTS = {4789, 6081, 6635}
+TUNNEL_PORTS = {4789, 4790, 6081, 6635}
 
 pytestmark = pytest.mark.skipif(not ALL, reason="shared tcpdump captures not present")
 
@@ -69,8 +69,43 @@ _IP_PAIR = re.compile(r"(?<!\S)([0-9a-fA-F:.]+) > ([0-9a-fA-F:.]+):")
 _MAC_PAIR = re.compile(r"([0-9a-f]{2}(?::[0-9a-f]{2}){5}) > ([0-9a-f]{2}(?::[0-9a-f]{2}){5}), ethertype 802\.1AE")
 
 
+#: Where tcpdump starts printing what a tunnel carries (UDP tunnels only count on their ports).
+_GRE = re.compile(r"GREv[01],")
+_UDP_TUNNEL = re.compile(r"VXLAN|Geneve|MPLS \(label")
+_ERSPAN = re.compile(r"erspan type\d")
+
+
+def _packet_pair(text: str) -> tuple[Endpoint, Endpoint] | None:
+    """The endpoint pair a packet counts for, following tunnels the way our reader does.
+
+    The pair is the first one after the innermost tunnel header that tcpdump printed. Where a tunnel shows no
+    inner pair: an ERSPAN mirror of a frame that is not IP makes no flow, but a cut-short mirror keeps the GRE
+    flow (``[|erspan]``); GRE whose payload is not IP (keepalives, PPTP's LCP, unknown protocol types) keeps the
+    GRE flow; a UDP tunnel carrying a frame that is not IP (ARP in VXLAN) makes no flow.
+    """
+    found = [
+        (m.start(), a, b)
+        for m in _IP_PAIR.finditer(text)
+        for a, b in [(_endpoint(m.group(1)), _endpoint(m.group(2)))]
+        if a and b
+    ]
+    if not found:
+        return None  # ARP, or an IP header too broken to print
+    _, a, b = found[0]
+    udp_tunnel = bool({a[1], b[1]} & TUNNEL_PORTS) and _UDP_TUNNEL.search(text) is not None
+    starts = [m.end() for rx in (_GRE, _UDP_TUNNEL, _ERSPAN) for m in rx.finditer(text)]
+    if not starts or (not udp_tunnel and _GRE.search(text) is None):
+        return _pair(a, b)
+    inner = [(x, y) for at, x, y in found if at >= max(starts)]
+    if inner:
+        return _pair(*inner[0])
+    if _ERSPAN.search(text):
+        return _pair(a, b) if "[|erspan]" in text else None
+    return _pair(a, b) if _GRE.search(text) else None
+
+
 def tcpdump_counts(out: Path) -> Counter[tuple[Endpoint, Endpoint]]:
-    """Packets per endpoint pair in tcpdump's decode (the inner pair for VXLAN/Geneve/MPLS-over-UDP)."""
+    """Packets per endpoint pair in tcpdump's decode (the inner pair for the tunnels we open)."""
     packets: list[str] = []
     for line in out.read_text(errors="replace").splitlines():
         if _PACKET.match(line):
@@ -83,15 +118,9 @@ def tcpdump_counts(out: Path) -> Counter[tuple[Endpoint, Endpoint]]:
         if mac:
             counts[_pair((mac.group(1), None), (mac.group(2), None))] += 1
             continue
-        pairs = [(a, b) for a, b in ((_endpoint(x), _endpoint(y)) for x, y in _IP_PAIR.findall(text)) if a and b]
-        if not pairs:
-            continue  # ARP, or an IP header too broken to print
-        a, b = pairs[0]
-        if {a[1], b[1]} & TUNNEL_PORTS and re.search(r"VXLAN|Geneve|MPLS", text):
-            if len(pairs) == 1:
-                continue  # the tunnel carries ARP or another non-IP frame: no flow
-            a, b = pairs[1]
-        counts[_pair(a, b)] += 1
+        pair = _packet_pair(text)
+        if pair is not None:
+            counts[pair] += 1
     return counts
 
 

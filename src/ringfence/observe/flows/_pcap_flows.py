@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ringfence.observe.flows._pcap_decode import KIND_FLOW, OUTER_NAMES, OUTER_NONE, Cols
+from ringfence.observe.flows._pcap_layout import KIND_FLOW, OUTER_ID_WORDS, OUTER_NAMES, OUTER_NONE, Cols
 from ringfence.observe.flows._pcap_walk import gather
 from ringfence.observe.payload import classify_flows
 from ringfence.observe.samples import (
@@ -189,7 +189,7 @@ class FlowAccumulator:
         # Both directions of a flow may be groups of this batch: hence ufunc.at on the flow arrays.
         st = self._state
         length = c.length[rows]
-        pay = c.pay_len[rows]
+        pay = c.wire_pay[rows]  # what this packet carries (a first fragment's pay_len is its datagram's)
         packets = np.bincount(g, minlength=n_groups)
         nbytes = np.bincount(g, weights=length, minlength=n_groups).astype(np.int64)
         ab = ~swap
@@ -370,7 +370,9 @@ def _outer_texts(key: npt.NDArray[np.void], st: dict[str, I64], init_a: npt.NDAr
             continue
         text = f"{name} {b}→{a}" if swap else f"{name} {a}→{b}"
         if int(k["ovni"]) >= 0:
-            text += f" vni {int(k['ovni'])}"
+            ident = int(k["ovni"])
+            word = OUTER_ID_WORDS.get(kind, "id")
+            text += f" {word} {ident:#x}" if word == "key" else f" {word} {ident}"
         if label >= 0:
             text += f" label {label}"
         out[i] = text

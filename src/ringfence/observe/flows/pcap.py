@@ -9,9 +9,10 @@ per-flow state (including up to ``SAMPLES_PER_FLOW`` payload heads per flow), wh
 What it decodes: classic pcap (both byte orders, micro- and nanosecond), pcapng (both byte orders, several
 sections and interfaces with their own link types and timestamp resolutions; enhanced, simple and obsolete
 packet blocks); Ethernet with 802.1Q/802.1ad tag stacks, Linux cooked (SLL, SLL2), raw IP, IP over
-InfiniBand, BSD null/loopback; MPLS label stacks; IPv4 with options; IPv6 with extension headers; VXLAN,
-Geneve and MPLS over UDP (the *inner* flow is reported, the tunnel in ``outer``); MACsec frames as L2
-flows between MAC addresses. IP fragments are not reassembled: a first fragment counts in its 5-tuple
+InfiniBand, BSD null/loopback, PPP, PPPoE, Cisco HDLC; MPLS label stacks; NSH; IPv4 with options; IPv6 with
+extension headers; VXLAN, VXLAN-GPE, Geneve, MPLS over UDP, GRE, enhanced GRE (PPTP) and ERSPAN (the *inner*
+flow is reported, the tunnel in ``outer``; see :mod:`._pcap_tunnels` for what is kept when the inner headers
+are cut short); MACsec frames as L2 flows between MAC addresses. IP fragments are not reassembled: a first fragment counts in its 5-tuple
 flow, later fragments (which carry no ports) in a flow of the same addresses and protocol without ports.
 Frames that are not IP (ARP, LLDP, …) make no flow and are counted in a warning.
 """
@@ -31,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, decode
+from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, Cols, decode
 from ringfence.observe.flows._pcap_flows import FlowAccumulator
 from ringfence.observe.flows._pcap_walk import (
     MAX_BLOCK,
@@ -77,9 +78,17 @@ class _Tally:
         self.bad_at: dict[int, int] = {}
         self.trunc = 0
         self.trunc_at = -1
+        self.cut = 0
+        self.cut_at = -1
 
-    def add(self, kind: npt.NDArray[np.uint8], why: npt.NDArray[np.uint8], etype: npt.NDArray[np.int64],
-            trunc: npt.NDArray[np.bool_], offsets: npt.NDArray[np.int64]) -> None:  # fmt: skip
+    def add(self, cols: Cols, offsets: npt.NDArray[np.int64]) -> None:
+        """Count the packets of one decoded batch that made no flow, or a flow with less than was asked."""
+        kind, why, etype, trunc = cols.kind, cols.why, cols.etype, cols.trunc
+        cut = np.flatnonzero(cols.cut & (kind == KIND_FLOW))
+        if cut.shape[0]:
+            self.cut += int(cut.shape[0])
+            if self.cut_at < 0:
+                self.cut_at = int(offsets[cut[0]])
         skip = kind == KIND_SKIP
         if skip.any():
             values, counts = np.unique(etype[skip], return_counts=True)
@@ -104,6 +113,11 @@ class _Tally:
             out.append(
                 f"{name}: {self.trunc} packet(s) cut before their transport header were counted in flows without "
                 f"ports (first at byte {self.trunc_at})"
+            )
+        if self.cut:
+            out.append(
+                f"{name}: {self.cut} tunnel packet(s) whose inner headers are cut short, invalid or not followed were "
+                f"counted in the tunnel's own flow (first at byte {self.cut_at})"
             )
         if self.non_ip:
             kinds = ", ".join(f"{et:#06x}×{c}" for et, c in sorted(self.non_ip.items()))
@@ -356,7 +370,7 @@ class _Read:
             end = data + frames.caplen[s:e]
             wire_end = data + np.maximum(frames.wirelen[s:e], frames.caplen[s:e])
             cols = decode(buf, data, end, wire_end, linktypes[frames.iface[s:e]])
-            self.tally.add(cols.kind, cols.why, cols.etype, cols.trunc, pos[s:e] + base)
+            self.tally.add(cols, pos[s:e] + base)
             self.flows.add(buf, cols, frames.ts_ns[s:e], self.records)
             self.records += e - s
 
