@@ -255,22 +255,6 @@ def test_ipv6_extension_headers_and_raw_ipv6(tmp_path: Path) -> None:
     assert row["payload_bytes"] == 9 and row["bytes"] == len(pkt)
 
 
-def test_fragments_first_in_the_five_tuple_later_without_ports(tmp_path: Path) -> None:
-    l4 = udp(7000, 9000, b"a" * 40)
-    pkts = [
-        ipv4("10.9.0.1", "10.9.0.2", 17, l4[:24], mf=True),
-        ipv4("10.9.0.1", "10.9.0.2", 17, l4[24:], frag=24),
-        ipv6("2001:db8::a", "2001:db8::b", 17, l4[:16], [(44, struct.pack(">BHI", 0, 1, 9))]),
-        ipv6("2001:db8::a", "2001:db8::b", 17, l4[16:], [(44, struct.pack(">BHI", 0, 16, 9))]),
-    ]
-    got = {five(r): r["packets"] for r in rows(PcapReader().read(write(tmp_path, pcap(
-        [(TS0 + i, eth(p, 0x86DD if p[0] >> 4 == 6 else 0x0800)) for i, p in enumerate(pkts)]))).flows)}  # fmt: skip
-    assert got == {
-        ("10.9.0.1", 7000, "10.9.0.2", 9000, 17): 1, ("10.9.0.1", None, "10.9.0.2", None, 17): 1,
-        ("2001:db8::a", 7000, "2001:db8::b", 9000, 17): 1, ("2001:db8::a", None, "2001:db8::b", None, 17): 1,
-    }  # fmt: skip
-
-
 def test_ipv4_options_move_the_ports(tmp_path: Path) -> None:
     pkt = ipv4("10.3.0.1", "10.3.0.2", 6, tcp(1234, 2049, b"nfs"), options=b"\x01\x01\x01\x00")
     (row,) = rows(PcapReader().read(write(tmp_path, pcap([(TS0, eth(pkt))]))).flows)

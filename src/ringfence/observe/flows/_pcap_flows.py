@@ -105,15 +105,17 @@ class FlowAccumulator:
             arr[:cap] = self._state[name]
             self._state[name] = arr
 
-    def add(self, buf: npt.NDArray[np.uint8], c: Cols, ts: I64, seq0: int) -> None:
-        """Add the flow packets of one decoded batch (``ts``: their timestamps; ``seq0``: file index of row 0).
+    def add(self, buf: npt.NDArray[np.uint8], c: Cols, ts: I64, seq0: int | I64) -> None:
+        """Add the flow packets of one decoded batch (``ts``: their timestamps; ``seq0``: file index of row 0, or
+        of every row, for packets held back and added later, such as fragments that waited for their first).
 
         Packets are grouped by their *directional* key first; each group is then put in canonical order
         (lower side first) as a whole, so no per-packet work depends on the direction.
         """
         is_flow = c.kind == KIND_FLOW
         rows: I64 | slice = slice(None) if is_flow.all() else np.flatnonzero(is_flow)
-        seq = np.arange(c.kind.shape[0], dtype=np.int64)[rows] + seq0
+        seq_all = np.arange(c.kind.shape[0], dtype=np.int64) + seq0 if isinstance(seq0, int) else seq0
+        seq = seq_all[rows]
         m = seq.shape[0]
         if not m:
             return

@@ -60,6 +60,7 @@ OUTER_ID_WORDS: Final = {OUTER_VXLAN: "vni", OUTER_GENEVE: "vni", OUTER_VXLAN_GP
 KIND_SKIP: Final = 0  # not IP (ARP, LLDP, …): no flow
 KIND_FLOW: Final = 1
 KIND_BAD: Final = 2  # undecodable: counted in a warning
+KIND_HELD: Final = 3  # a later IP fragment held back until its first fragment says which flow it is in
 
 #: Reasons a packet is undecodable (code → words).
 BAD_REASONS: Final = {
@@ -139,6 +140,14 @@ class Cols:
         for name, arr in vars(self).items():
             arr[sel] = getattr(other, name)
 
+    @staticmethod
+    def concat(parts: list[Cols]) -> Cols:
+        """The rows of ``parts``, in order, as one batch."""
+        out = Cols(0)
+        for name in vars(out):
+            setattr(out, name, np.concatenate([getattr(p, name) for p in parts]))
+        return out
+
     def take(self, sel: I64) -> Cols:
         """The rows ``sel`` as a new batch."""
         out = Cols(0)
@@ -152,6 +161,7 @@ __all__ = [
     "ETHERTYPE_NSH",
     "KIND_BAD",
     "KIND_FLOW",
+    "KIND_HELD",
     "KIND_SKIP",
     "OUTER_ID_WORDS",
     "OUTER_NAMES",

@@ -12,8 +12,9 @@ packet blocks); Ethernet with 802.1Q/802.1ad tag stacks, Linux cooked (SLL, SLL2
 InfiniBand, BSD null/loopback, PPP, PPPoE, Cisco HDLC; MPLS label stacks; NSH; IPv4 with options; IPv6 with
 extension headers; VXLAN, VXLAN-GPE, Geneve, MPLS over UDP, GRE, enhanced GRE (PPTP) and ERSPAN (the *inner*
 flow is reported, the tunnel in ``outer``; see :mod:`._pcap_tunnels` for what is kept when the inner headers
-are cut short); MACsec frames as L2 flows between MAC addresses. IP fragments are not reassembled: a first fragment counts in its 5-tuple
-flow, later fragments (which carry no ports) in a flow of the same addresses and protocol without ports.
+are cut short); MACsec frames as L2 flows between MAC addresses. IP fragments (v4 and v6) join their
+datagram's 5-tuple flow, each counted as the packet it is on the wire (:mod:`._pcap_frags`: bounds, and the
+hostile fragments it reports).
 Frames that are not IP (ARP, LLDP, …) make no flow and are counted in a warning.
 """
 
@@ -34,6 +35,7 @@ import pyarrow as pa
 
 from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, Cols, decode
 from ringfence.observe.flows._pcap_flows import FlowAccumulator
+from ringfence.observe.flows._pcap_frags import FragmentJoiner
 from ringfence.observe.flows._pcap_walk import (
     MAX_BLOCK,
     PCAP_MAGIC_NS,
@@ -168,6 +170,7 @@ class _Read:
         self.batch = reader.batch_packets
         self.chunk = reader.chunk_bytes
         self.flows = FlowAccumulator()
+        self.frags = FragmentJoiner()
         self.tally = _Tally()
         self.warnings: list[str] = []
         self.records = 0
@@ -186,10 +189,12 @@ class _Read:
             self._run_pcapng(head)
         else:
             raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
+        self.finish()
 
     def all_warnings(self) -> tuple[str, ...]:
         """Framing warnings, then the tallies of packets that made no flow."""
-        return (*self.warnings, *self.tally.warnings(self.path.name))
+        name = self.path.name
+        return (*self.warnings, *self.tally.warnings(name), *self.frags.warnings(name))
 
     # -- chunked reading ---------------------------------------------------------------------------------
 
@@ -370,9 +375,21 @@ class _Read:
             end = data + frames.caplen[s:e]
             wire_end = data + np.maximum(frames.wirelen[s:e], frames.caplen[s:e])
             cols = decode(buf, data, end, wire_end, linktypes[frames.iface[s:e]])
-            self.tally.add(cols, pos[s:e] + base)
-            self.flows.add(buf, cols, frames.ts_ns[s:e], self.records)
+            offsets = pos[s:e] + base
+            ts = frames.ts_ns[s:e]
+            seq = np.arange(e - s, dtype=np.int64) + self.records
+            released = self.frags.join(cols, ts, seq, offsets)
+            self.tally.add(cols, offsets)
+            self.flows.add(buf, cols, ts, self.records)
+            if released is not None:  # fragments held until their first fragment came: never sampled
+                self.flows.add(buf, released.rows, released.ts, released.seq)
             self.records += e - s
+
+    def finish(self) -> None:
+        """Fragments still waiting for a first fragment go into flows without ports."""
+        released = self.frags.finish()
+        if released is not None:
+            self.flows.add(np.zeros(0, np.uint8), released.rows, released.ts, released.seq)
 
 
 __all__ = ["BATCH_PACKETS", "CHUNK_BYTES", "PcapReader"]
