@@ -232,15 +232,16 @@ def test_link_types(tmp_path: Path, linktype: int, frame: bytes) -> None:
 def test_ppp_control_protocols_make_no_flow_and_byte_stuffing_is_reported(tmp_path: Path) -> None:
     lcp = b"\xff\x03\xc0\x21\x09\x01\x00\x08\x00\x00\x00\x00"  # LCP echo-request: not IP, no flow
     stuffed = b"\xff\x03\x7e\x21" + PKT[:8] + b"\x7d\x5e" + PKT[9:]  # still HDLC-framed, with an escape
-    result = PcapReader().read(write(tmp_path, pcap([(TS0, lcp), (TS0 + 1, stuffed)], 50)))
-    assert result.flows.num_rows == 0
+    ip = b"\xff\x03\x00\x21" + PKT  # one packet that does decode, so the others are warnings, not an error
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, lcp), (TS0 + 1, stuffed), (TS0 + 2, ip)], 50)))
+    assert result.flows.num_rows == 1
     assert any("byte-stuffed PPP frame" in w for w in result.warnings), result.warnings
 
 
 def test_truncated_nsh_is_reported_not_guessed(tmp_path: Path) -> None:
     frame = eth(struct.pack(">HBBI", 0x0006, 1, 1, (0x309 << 8) | 7) + PKT[:4], 0x894F)  # says 24 bytes, has 12
-    result = PcapReader().read(write(tmp_path, pcap([(TS0, frame)])))
-    assert result.flows.num_rows == 0
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, frame), (TS0 + 1, eth(PKT))])))
+    assert result.flows.num_rows == 1
     assert any("PPPoE or NSH header truncated or invalid" in w for w in result.warnings), result.warnings
 
 

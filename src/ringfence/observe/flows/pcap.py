@@ -190,6 +190,14 @@ class _Read:
         else:
             raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
         self.finish()
+        if self.records and not self.flows.n_flows and self.tally.bad:
+            # Nothing usable, and not because the capture holds only ARP or LLDP: an empty result here would
+            # look like a clean one to whoever reads it, so it is an input error (exit 2) with the reasons.
+            reasons = "; ".join(f"{c} × {BAD_REASONS[k]}" for k, c in sorted(self.tally.bad.items()))
+            raise self._error(
+                min(self.tally.bad_at.values()),
+                f"none of its {self.records} packet(s) could be decoded into a flow: {reasons}",
+            )
 
     def all_warnings(self) -> tuple[str, ...]:
         """Framing warnings, then the tallies of packets that made no flow."""
