@@ -189,16 +189,32 @@ class PcapWalker:
         return q if q <= n else -1
 
     def _walk_python(self, mem: memoryview, p: int, n: int, limit: int, parts: list[I64], stop: int = -1) -> int:
-        """Exact walk of up to ``limit`` records (and, if ``stop`` >= 0, until ``p`` reaches ``stop``)."""
+        """Exact walk of up to ``limit`` records (and, if ``stop`` >= 0, until ``p`` reaches ``stop``).
+
+        This loop is :meth:`_step` inlined: at jumbo-frame sizes it is the reader's hottest Python (a call per
+        record costs about as much as the rest of the step), so the uncommon cases leave the loop to ``_step``.
+        """
         found: list[int] = []
         append = found.append
-        step = self._step
+        unpack = self._u32
         stop = n if stop < 0 else stop
+        last = n - 16  # the last place a complete record header can start
         try:
-            while len(found) < limit and p < stop:
-                q = step(mem, p, n)
-                if q < 0:
-                    break
+            if limit < n:  # a bounded sample: count as we go
+                while len(found) < limit and p < stop:
+                    q = self._step(mem, p, n)
+                    if q < 0:
+                        break
+                    append(p)
+                    p = q
+                return p
+            while p < stop and p <= last:
+                length = unpack(mem, p + 8)[0]
+                q = p + 16 + length
+                if length == 0 or length > MAX_CAPLEN or q > n:
+                    q = self._step(mem, p, n)  # raises on corruption; -1: incomplete
+                    if q < 0:
+                        break
                 append(p)
                 p = q
         finally:
