@@ -297,14 +297,13 @@ def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -
     out.dst_lo = _u32(w, 16).astype(np.uint64) | mapped
     out.proto = w[:, 9].copy()
     flags = _u16(w, 6)
-    foff = (flags & 0x1FFF) * 8
-    fmore = (flags & 0x2000) != 0
-    is_frag = ok4 & (fmore | (foff > 0))
-    out.frag_id = np.where(is_frag, _u16(w, 4), -1)
-    out.frag_off = np.where(is_frag, foff, 0)
-    out.frag_more = is_frag & fmore
-    out.frag_len = np.where(is_frag, length - ihl, 0)
-    first = foff == 0
+    first = (flags & 0x1FFF) == 0
+    is_frag = ok4 & ((flags & 0x3FFF) != 0)  # more fragments, or an offset
+    if is_frag.any():  # rare: the defaults (not a fragment) stand for every other packet
+        out.frag_id = np.where(is_frag, _u16(w, 4), -1)
+        out.frag_off = np.where(is_frag, (flags & 0x1FFF) * 8, 0)
+        out.frag_more = is_frag & ((flags & 0x2000) != 0)
+        out.frag_len = np.where(is_frag, length - ihl, 0)
     at = l3 + ihl  # where the transport header (or a later fragment's data) starts
     readable = at <= end
     deep = np.zeros(n, np.bool_)
@@ -350,8 +349,10 @@ def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -
     out.pay_off = at + hdr
     out.wire_pay = np.where(flow, np.maximum(ip_end - out.pay_off, 0), 0)
     # A first fragment's sample stands for the whole datagram: UDP says how long its payload is.
-    head_frag = udp & out.frag_more & (avail4 >= 8)
-    out.pay_len = np.where(head_frag, np.maximum(_u16(t, 4) - 8, out.wire_pay), out.wire_pay)
+    out.pay_len = out.wire_pay.copy()
+    head_frag = np.flatnonzero(udp & out.frag_more & (avail4 >= 8))
+    if head_frag.shape[0]:
+        out.pay_len[head_frag] = np.maximum(_u16(t[head_frag], 4) - 8, out.wire_pay[head_frag])
     macsec = etype == ETHERTYPE_MACSEC
     if macsec.any():
         _macsec(buf, np.flatnonzero(macsec), pos, l3, end, wire_end, out)

@@ -120,10 +120,10 @@ def _adopt(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder, idx: I64, inn
 
 def overlays(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
     """VXLAN, VXLAN-GPE, Geneve and MPLS over UDP, by destination port."""
-    udp = (out.kind == KIND_FLOW) & (out.proto == 17) & (out.frag_id < 0)
-    idx = np.flatnonzero(udp & any_of(out.dport, (UDP_VXLAN, UDP_VXLAN_GPE, UDP_GENEVE, UDP_MPLS)))
+    idx = np.flatnonzero(any_of(out.dport, (UDP_VXLAN, UDP_VXLAN_GPE, UDP_GENEVE, UDP_MPLS)))
     if not idx.shape[0]:
         return
+    idx = idx[(out.kind[idx] == KIND_FLOW) & (out.proto[idx] == 17) & (out.frag_id[idx] < 0)]
     p = out.pay_off[idx]
     w = gather(buf, p, 8)
     fits = p + 8 <= np.minimum(end[idx], out.ip_end[idx])
@@ -154,7 +154,10 @@ def overlays(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
 
 def gre(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
     """GRE (version 0 and the enhanced version 1) and the ERSPAN mirrors it carries."""
-    idx = np.flatnonzero((out.kind == KIND_FLOW) & (out.proto == _GRE_PROTO) & (out.frag_id < 0) & ~out.trunc)
+    idx = np.flatnonzero(out.proto == _GRE_PROTO)
+    if not idx.shape[0]:
+        return
+    idx = idx[(out.kind[idx] == KIND_FLOW) & (out.frag_id[idx] < 0) & ~out.trunc[idx]]
     if not idx.shape[0]:
         return
     p = out.pay_off[idx]
