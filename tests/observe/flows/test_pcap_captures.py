@@ -116,9 +116,10 @@ def _packet_pair(text: str, frags: _Fragments) -> tuple[Endpoint, Endpoint] | No
     starts = [m.end() for rx in (_GRE, _UDP_TUNNEL, _ERSPAN) for m in rx.finditer(text)]
     if not starts or (not udp_tunnel and _GRE.search(text) is None):
         return frags.pair(text, a, b)
-    inner = [(x, y) for at, x, y in found if at >= max(starts)]
+    inner = [(at, x, y) for at, x, y in found if at >= max(starts)]
     if inner:
-        return frags.pair(text[text.index(inner[0][0][0], max(starts)) :], *inner[0])
+        _, x, y = inner[0]
+        return frags.pair(text[max(starts) :], x, y)  # the inner packet's own IP id and offset, not the tunnel's
     if _ERSPAN.search(text):
         return _pair(a, b) if "[|erspan]" in text else None
     return _pair(a, b) if _GRE.search(text) else None
