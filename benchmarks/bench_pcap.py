@@ -4,9 +4,12 @@ Usage: ``.venv/bin/python benchmarks/bench_pcap.py --size 1G [--small-size 256M]
 
 - a mixed training-cluster capture of ``--size`` (see gen_capture.py) and a small-packet capture of
   ``--small-size``, generated once into ``--dir`` and reused;
-- each measurement runs in a fresh subprocess limited to one thread (numpy/Arrow), after one warm-up read
-  so the file is in the page cache; the median of ``--runs`` runs is reported, with the child's peak RSS;
-- tshark ``-q -z conv,tcp -z conv,udp`` on the same files, same number of runs, for the ratio;
+- three measurements per run, interleaved so that they share the machine's load: the *whole command* as a
+  user runs it (``ringfence flows FILE --format jsonl`` in a new process, output to /dev/null: start-up,
+  reading, classification and JSON output), the reader *in-process* (``PcapReader().read`` timed inside a
+  child limited to one thread, imports excluded), and tshark ``-q -z conv,tcp -z conv,udp`` on the same file;
+- one warm-up read first, so the file is in the page cache; medians of ``--runs`` runs, with peak RSS, and
+  the ratios to tshark of the same run; the load average before and after is printed (a shared machine);
 - peak RSS while streaming ``--rss-size`` bytes through a FIFO (no disk needed; 0 skips it).
 """
 
@@ -50,6 +53,25 @@ def _child(path: Path) -> dict[str, float]:
                          check=True, timeout=3600).stdout  # fmt: skip
     result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return result
+
+
+def _command(path: Path) -> tuple[float, int]:
+    """Wall time and peak RSS of ``ringfence flows PATH --format jsonl``, the console script of this Python."""
+    script = Path(sys.executable).with_name("ringfence")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "ringfence"]
+    env = {**os.environ, **ONE_THREAD}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*argv, "flows", str(path), "--format", "jsonl"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    _, status, usage = os.wait4(proc.pid, 0)  # reaped here, for this child's own peak RSS
+    wall = time.perf_counter() - t0
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):
+        raise RuntimeError(f"ringfence flows failed ({code}): {err.decode(errors='replace')[-500:]}")
+    return wall, usage.ru_maxrss * 1024
 
 
 def _tshark(path: Path) -> float:
@@ -101,33 +123,43 @@ def main(argv: list[str] | None = None) -> int:
     tshark = shutil.which("tshark") and not args.no_tshark
 
     lines = [
-        "| capture | size | packets | flows | reader (median) | GB/s | Mpkt/s | peak RSS | tshark (median) "
-        "| speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| capture | size | packets | flows | whole command (median) | GB/s | in-process (median) | GB/s | Mpkt/s "
+        "| peak RSS (in-process) | tshark (median) | command vs tshark | in-process vs tshark |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    load_before = os.getloadavg()
     for kind, size in (("mixed", parse_size(args.size)), ("small", parse_size(args.small_size))):
         if size <= 0:
             continue
         path = _capture(args.dir, size, kind)
         nbytes = path.stat().st_size
         _child(path)  # warm the page cache
-        runs = [_child(path) for _ in range(args.runs)]
+        runs, commands, tsharks = [], [], []
+        for _ in range(args.runs):  # interleaved: each alternative sees the same load
+            commands.append(_command(path)[0])
+            runs.append(_child(path))
+            if tshark:
+                tsharks.append(_tshark(path))
         wall = statistics.median(r["wall"] for r in runs)
+        cmd = statistics.median(commands)
         rss = max(r["rss"] for r in runs)
-        ts = statistics.median(_tshark(path) for _ in range(args.runs)) if tshark else float("nan")
+        ts = statistics.median(tsharks) if tsharks else float("nan")
         lines.append(
-            f"| {kind} | {nbytes / 1e9:.2f} GB | {int(runs[0]['packets'])} | {int(runs[0]['flows'])} | {wall:.2f} s | "
-            f"{nbytes / wall / 1e9:.2f} | {runs[0]['packets'] / wall / 1e6:.2f} | {rss / 2**20:.0f} MiB | "
-            f"{ts:.2f} s | {ts / wall:.1f}x |"
+            f"| {kind} | {nbytes / 1e9:.2f} GB | {int(runs[0]['packets'])} | {int(runs[0]['flows'])} | {cmd:.2f} s | "
+            f"{nbytes / cmd / 1e9:.2f} | {wall:.2f} s | {nbytes / wall / 1e9:.2f} | "
+            f"{runs[0]['packets'] / wall / 1e6:.2f} "
+            f"| {rss / 2**20:.0f} MiB | {ts:.2f} s | {ts / cmd:.1f}x | {ts / wall:.1f}x |"
         )
     rss_size = parse_size(args.rss_size)
     if rss_size > 0:
         r = _fifo_rss(rss_size)
         lines.append(
-            f"| mixed via FIFO (RSS) | {rss_size / 1e9:.1f} GB | {int(r['packets'])} | {int(r['flows'])} | "
-            f"{r['wall']:.1f} s (incl. generation) | – | – | {r['rss'] / 2**20:.0f} MiB | – | – |"
+            f"| mixed via FIFO (RSS) | {rss_size / 1e9:.1f} GB | {int(r['packets'])} | {int(r['flows'])} | – | – | "
+            f"{r['wall']:.1f} s (incl. generation) | – | – | {r['rss'] / 2**20:.0f} MiB | – | – | – |"
         )
-    print(f"\nOne thread; median of {args.runs} runs after a warm-up read (page cache warm).\n")
+    load_after = os.getloadavg()
+    print(f"\nOne thread; median of {args.runs} interleaved runs after a warm-up read (page cache warm); "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; {os.cpu_count()} CPUs.\n")  # fmt: skip
     print("\n".join(lines))
     return 0
 

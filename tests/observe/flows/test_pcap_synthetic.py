@@ -232,15 +232,16 @@ def test_link_types(tmp_path: Path, linktype: int, frame: bytes) -> None:
 def test_ppp_control_protocols_make_no_flow_and_byte_stuffing_is_reported(tmp_path: Path) -> None:
     lcp = b"\xff\x03\xc0\x21\x09\x01\x00\x08\x00\x00\x00\x00"  # LCP echo-request: not IP, no flow
     stuffed = b"\xff\x03\x7e\x21" + PKT[:8] + b"\x7d\x5e" + PKT[9:]  # still HDLC-framed, with an escape
-    result = PcapReader().read(write(tmp_path, pcap([(TS0, lcp), (TS0 + 1, stuffed)], 50)))
-    assert result.flows.num_rows == 0
+    ip = b"\xff\x03\x00\x21" + PKT  # one packet that does decode, so the others are warnings, not an error
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, lcp), (TS0 + 1, stuffed), (TS0 + 2, ip)], 50)))
+    assert result.flows.num_rows == 1
     assert any("byte-stuffed PPP frame" in w for w in result.warnings), result.warnings
 
 
 def test_truncated_nsh_is_reported_not_guessed(tmp_path: Path) -> None:
     frame = eth(struct.pack(">HBBI", 0x0006, 1, 1, (0x309 << 8) | 7) + PKT[:4], 0x894F)  # says 24 bytes, has 12
-    result = PcapReader().read(write(tmp_path, pcap([(TS0, frame)])))
-    assert result.flows.num_rows == 0
+    result = PcapReader().read(write(tmp_path, pcap([(TS0, frame), (TS0 + 1, eth(PKT))])))
+    assert result.flows.num_rows == 1
     assert any("PPPoE or NSH header truncated or invalid" in w for w in result.warnings), result.warnings
 
 
@@ -253,22 +254,6 @@ def test_ipv6_extension_headers_and_raw_ipv6(tmp_path: Path) -> None:
     (row,) = rows(PcapReader().read(write(tmp_path, pcap([(TS0, pkt)], 229))).flows)
     assert five(row) == ("2001:db8::1", 40001, "2001:db8::2", 8443, 6)
     assert row["payload_bytes"] == 9 and row["bytes"] == len(pkt)
-
-
-def test_fragments_first_in_the_five_tuple_later_without_ports(tmp_path: Path) -> None:
-    l4 = udp(7000, 9000, b"a" * 40)
-    pkts = [
-        ipv4("10.9.0.1", "10.9.0.2", 17, l4[:24], mf=True),
-        ipv4("10.9.0.1", "10.9.0.2", 17, l4[24:], frag=24),
-        ipv6("2001:db8::a", "2001:db8::b", 17, l4[:16], [(44, struct.pack(">BHI", 0, 1, 9))]),
-        ipv6("2001:db8::a", "2001:db8::b", 17, l4[16:], [(44, struct.pack(">BHI", 0, 16, 9))]),
-    ]
-    got = {five(r): r["packets"] for r in rows(PcapReader().read(write(tmp_path, pcap(
-        [(TS0 + i, eth(p, 0x86DD if p[0] >> 4 == 6 else 0x0800)) for i, p in enumerate(pkts)]))).flows)}  # fmt: skip
-    assert got == {
-        ("10.9.0.1", 7000, "10.9.0.2", 9000, 17): 1, ("10.9.0.1", None, "10.9.0.2", None, 17): 1,
-        ("2001:db8::a", 7000, "2001:db8::b", 9000, 17): 1, ("2001:db8::a", None, "2001:db8::b", None, 17): 1,
-    }  # fmt: skip
 
 
 def test_ipv4_options_move_the_ports(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 Every layer gathers a fixed-width window of bytes per packet at that layer's (per-packet) offset in one
 memcpy-like gather, then reads fields from fixed columns of that window. Uncommon shapes (VLAN stacks, MPLS,
-IPv6 extension headers, overlays) loop over just the packets that have them. Every field read is checked
+IPv6 extension headers, tunnels) loop over just the packets that have them; tunnels are decoded in
+:mod:`._pcap_tunnels`, which calls back into :func:`decode_at` for what they carry. Every field read is checked
 against the packet's captured length, so a hostile length never reads another packet's bytes as its own.
 """
 
@@ -12,126 +13,63 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
+from ringfence.observe.flows._pcap_layout import (
+    BAD_REASONS,
+    ETHERTYPE_NSH,
+    I64,
+    KIND_BAD,
+    KIND_FLOW,
+    KIND_SKIP,
+    LT_C_HDLC,
+    LT_ETHERNET,
+    LT_IPOIB,
+    LT_IPV4,
+    LT_IPV6,
+    LT_LOOP,
+    LT_MPLS,
+    LT_NSH,
+    LT_NULL,
+    LT_PPP,
+    LT_PPP_ETHER,
+    LT_PPP_HDLC,
+    LT_PPP_WITH_DIR,
+    LT_RAW,
+    LT_RAW_12,
+    LT_RAW_14,
+    LT_SLL,
+    LT_SLL2,
+    OUTER_MPLS,
+    OUTER_NAMES,
+    OUTER_NONE,
+    OUTER_NSH,
+    U8,
+    Cols,
+    Mask,
+)
+from ringfence.observe.flows._pcap_layout import any_of as _any_of
+from ringfence.observe.flows._pcap_layout import u16 as _u16
+from ringfence.observe.flows._pcap_layout import u32 as _u32
+from ringfence.observe.flows._pcap_layout import u64 as _u64
+from ringfence.observe.flows._pcap_tunnels import gre, nsh, overlays
 from ringfence.observe.flows._pcap_walk import gather
 from ringfence.observe.samples import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_MACSEC
-
-I64 = npt.NDArray[np.int64]
-U8 = npt.NDArray[np.uint8]
-Mask = npt.NDArray[np.bool_]
-
-# Link types (www.tcpdump.org/linktypes.html) and two of our own for decoding overlay payloads.
-LT_NULL: Final = 0
-LT_ETHERNET: Final = 1
-LT_PPP: Final = 9
-LT_RAW_12: Final = 12
-LT_RAW_14: Final = 14
-LT_PPP_HDLC: Final = 50
-LT_PPP_ETHER: Final = 51
-LT_C_HDLC: Final = 104
-LT_LOOP: Final = 108
-LT_RAW: Final = 101
-LT_SLL: Final = 113
-LT_IPV4: Final = 228
-LT_IPV6: Final = 229
-LT_PPP_WITH_DIR: Final = 204
-LT_IPOIB: Final = 242
-LT_SLL2: Final = 276
-_LT_MPLS: Final = -1  # starts with an MPLS label stack (MPLS over UDP)
 
 _VLAN_TPIDS: Final = (0x8100, 0x88A8, 0x9100)
 _MPLS_TYPES: Final = (0x8847, 0x8848)
 _PPPOE_SESSION: Final = 0x8864
-_NSH: Final = 0x894F
 #: PPP protocol numbers (RFC 1661 and the IANA PPP DLL registry) of the network layers we decode, as ethertypes.
 #: Like tcpdump, ethertype values in the protocol field are accepted too (some stacks send them).
 _PPP_PROTOCOLS: Final = {0x0021: ETHERTYPE_IPV4, 0x0057: ETHERTYPE_IPV6, 0x0281: 0x8847, 0x0283: 0x8848,
                          ETHERTYPE_IPV4: ETHERTYPE_IPV4, ETHERTYPE_IPV6: ETHERTYPE_IPV6, 0x8847: 0x8847,
                          0x8848: 0x8848}  # fmt: skip
-#: NSH next-protocol values (RFC 8300 §2.2) → the link type its payload is decoded as.
-_NSH_NEXT: Final = {1: LT_IPV4, 2: LT_IPV6, 3: LT_ETHERNET, 5: _LT_MPLS}
-_IPV6_EXT: Final = (0, 43, 44, 60, 135, 139, 140)  # skipped to reach the transport header
+#: IPv6 extension headers skipped to reach the transport header; at most _MAX_EXT of them are followed.
+_IPV6_EXT: Final = (0, 43, 44, 60, 135, 139, 140)
+_MAX_EXT: Final = 8
 _PORTED: Final = (6, 17, 33, 132, 136)  # tcp, udp, dccp, sctp, udp-lite
 _FRAME_WINDOW: Final = 72  # 14 Ethernet + 40 IPv6 + 14 TCP up to its flags, rounded up
-
-# Outer encapsulations recorded in the ``outer`` column.
-OUTER_NONE: Final = 0
-OUTER_VXLAN: Final = 1
-OUTER_GENEVE: Final = 2
-OUTER_MPLS_UDP: Final = 3
-OUTER_MPLS: Final = 4
-OUTER_NSH: Final = 5
-OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp", OUTER_MPLS: "mpls",
-                      OUTER_NSH: "nsh"}  # fmt: skip
-
-_UDP_VXLAN: Final = 4789
-_UDP_GENEVE: Final = 6081
-_UDP_MPLS: Final = 6635
-
-# Kinds of decoded packet.
-KIND_SKIP: Final = 0  # not IP (ARP, LLDP, …): no flow
-KIND_FLOW: Final = 1
-KIND_BAD: Final = 2  # undecodable: counted in a warning
-
-#: Reasons a packet is undecodable (code → words).
-BAD_REASONS: Final = {
-    1: "frame shorter than its link-layer header",
-    2: "IPv4 header truncated or invalid (version or header length)",
-    3: "IPv4 total length smaller than its header",
-    4: "IPv6 header truncated or invalid version",
-    5: "unsupported link type",
-    6: "VLAN or MPLS header truncated",
-    7: "byte-stuffed PPP frame (HDLC escapes) not decoded",
-    8: "PPPoE or NSH header truncated or invalid",
-}
-
-
-def _u16(w: U8, col: int) -> I64:
-    return (w[:, col].astype(np.int64) << 8) | w[:, col + 1]
-
-
-def _u32(w: U8, col: int) -> I64:
-    return (_u16(w, col) << 16) | _u16(w, col + 2)
-
-
-def _u64(w: U8, col: int) -> npt.NDArray[np.uint64]:
-    return np.ascontiguousarray(w[:, col : col + 8]).view(">u8").ravel().astype(np.uint64)
-
-
-class Cols:
-    """Decoded fields of a batch of packets (one entry per packet; meaningful where ``kind`` is KIND_FLOW)."""
-
-    def __init__(self, n: int) -> None:
-        self.kind = np.zeros(n, np.uint8)
-        self.why = np.zeros(n, np.uint8)  # reason code where kind is KIND_BAD
-        self.etype = np.zeros(n, np.int64)  # the frame's network-layer ethertype
-        self.proto = np.zeros(n, np.uint8)
-        self.src_hi = np.zeros(n, np.uint64)
-        self.src_lo = np.zeros(n, np.uint64)
-        self.dst_hi = np.zeros(n, np.uint64)
-        self.dst_lo = np.zeros(n, np.uint64)
-        self.sport = np.full(n, -1, np.int64)
-        self.dport = np.full(n, -1, np.int64)
-        self.length = np.zeros(n, np.int64)  # IP length (frame length after the MAC header for L2 flows)
-        self.pay_off = np.zeros(n, np.int64)  # where the L4 payload starts in the buffer
-        self.pay_len = np.zeros(n, np.int64)  # L4 payload bytes on the wire
-        self.pay_cap = np.zeros(n, np.int64)  # of which captured
-        self.syn = np.zeros(n, np.bool_)  # TCP SYN without ACK
-        self.trunc = np.zeros(n, np.bool_)  # transport header not readable: a flow without ports
-        self.vlan = np.full(n, -1, np.int64)
-        self.okind = np.zeros(n, np.uint8)
-        self.ovni = np.full(n, -1, np.int64)
-        self.olabel = np.full(n, -1, np.int64)
-        self.osrc_hi = np.zeros(n, np.uint64)
-        self.osrc_lo = np.zeros(n, np.uint64)
-        self.odst_hi = np.zeros(n, np.uint64)
-        self.odst_lo = np.zeros(n, np.uint64)
-
-    def put(self, sel: I64, other: Cols) -> None:
-        """Overwrite the rows ``sel`` with ``other``'s rows (same order)."""
-        for name, arr in vars(self).items():
-            arr[sel] = getattr(other, name)
+#: Tunnels inside tunnels are followed this deep (bounds the work a hostile nesting can ask for).
+MAX_DEPTH: Final = 3
 
 
 @dataclass(frozen=True)
@@ -191,14 +129,6 @@ def _mpls(buf: U8, idx: I64, etype: I64, l3: I64, end: I64, label: I64, bad: I64
             ip_ok & (nib == 4), ETHERTYPE_IPV4, np.where(ip_ok & (nib == 6), ETHERTYPE_IPV6, 0x8847)
         )
     etype[idx[etype[idx] == -1]] = 0x8847  # deeper than 8 labels: leave it as MPLS, not IP
-
-
-def _any_of(values: I64, choices: tuple[int, ...]) -> Mask:
-    """``np.isin`` for a handful of choices, without its sort."""
-    m: Mask = values == choices[0]
-    for c in choices[1:]:
-        m |= values == c
-    return m
 
 
 def _window(buf: U8, w0: U8, pos: I64, rel: I64, width: int) -> U8:
@@ -302,8 +232,10 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
                 af = np.where(af > 0xFFFF, af.astype(np.uint32).byteswap().astype(np.int64), af)
             et = np.where(af == 2, ETHERTYPE_IPV4, np.where(_any_of(af, (10, 24, 28, 30)), ETHERTYPE_IPV6, 0))
             hdr = 4
-        elif linktype in (LT_RAW, LT_RAW_12, LT_RAW_14, LT_IPV4, LT_IPV6, _LT_MPLS):
-            fixed = {LT_IPV4: ETHERTYPE_IPV4, LT_IPV6: ETHERTYPE_IPV6, _LT_MPLS: 0x8847}.get(linktype)
+        elif linktype in (LT_RAW, LT_RAW_12, LT_RAW_14, LT_IPV4, LT_IPV6, LT_MPLS, LT_NSH):
+            fixed = {LT_IPV4: ETHERTYPE_IPV4, LT_IPV6: ETHERTYPE_IPV6, LT_MPLS: 0x8847, LT_NSH: ETHERTYPE_NSH}.get(
+                linktype
+            )
             if fixed is not None:
                 et = np.full(p.shape[0], fixed, np.int64)
             else:
@@ -330,14 +262,11 @@ def decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64) -> Cols:
     ``wire_end`` is where the frame would end had nothing been cut (for IP lengths of 0, as TSO/BIG TCP
     captures write). ``lt`` is each packet's link type.
     """
-    out = _decode(buf, pos, end, wire_end, lt, 0)
-    # Captured payload: up to the IP end (not into Ethernet padding) and the capture end.
-    cap = np.minimum(np.minimum(end, out.pay_off + out.pay_len) - out.pay_off, out.pay_len)
-    out.pay_cap = np.where(out.kind == KIND_FLOW, np.maximum(cap, 0), 0)
-    return out
+    return decode_at(buf, pos, end, wire_end, lt, 0)
 
 
-def _decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> Cols:
+def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> Cols:
+    """:func:`decode` for frames found ``depth`` tunnels deep (tunnels deeper than MAX_DEPTH are not opened)."""
     n = pos.shape[0]
     out = Cols(n)
     # One gather at the frame start covers Ethernet, an IPv6 header and TCP up to its flags; deeper or
@@ -363,25 +292,42 @@ def _decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> 
     ok6 = is6 & (avail >= 40) & (ver == 6)
     bad6 = is6 & ~ok6
     flow = ok4 | ok6
-    out.kind = np.where(flow, KIND_FLOW, np.where((link.bad > 0) | bad4 | bad6, KIND_BAD, KIND_SKIP)).astype(np.uint8)
-    out.why = np.where(bad4, np.where(short4, 3, 2), np.where(bad6, 4, link.bad)).astype(np.uint8)
     mapped = np.uint64(0xFFFF << 32)
     out.src_lo = _u32(w, 12).astype(np.uint64) | mapped
     out.dst_lo = _u32(w, 16).astype(np.uint64) | mapped
     out.proto = w[:, 9].copy()
-    first = (_u16(w, 6) & 0x1FFF) == 0
+    flags = _u16(w, 6)
+    first = (flags & 0x1FFF) == 0
+    is_frag = ok4 & ((flags & 0x3FFF) != 0)  # more fragments, or an offset
+    if is_frag.any():  # rare: the defaults (not a fragment) stand for every other packet
+        out.frag_id = np.where(is_frag, _u16(w, 4), -1)
+        out.frag_off = np.where(is_frag, (flags & 0x1FFF) * 8, 0)
+        out.frag_more = is_frag & ((flags & 0x2000) != 0)
+        out.frag_len = np.where(is_frag, length - ihl, 0)
     at = l3 + ihl  # where the transport header (or a later fragment's data) starts
     readable = at <= end
+    deep = np.zeros(n, np.bool_)
     if ok6.any():
-        length = np.where(ok6, np.where(_u16(w, 4) == 0, wire_end - l3, _u16(w, 4) + 40), length)
+        plen = _u16(w, 4)
+        length = np.where(ok6, np.where(plen == 0, wire_end - l3, plen + 40), length)
         i6 = np.flatnonzero(ok6)
         out.src_hi[i6], out.src_lo[i6] = _u64(w[i6], 8), _u64(w[i6], 16)
         out.dst_hi[i6], out.dst_lo[i6] = _u64(w[i6], 24), _u64(w[i6], 32)
-        nh, at6, first6, readable6 = _ipv6_ext(buf, w[i6, 6].astype(np.int64), l3[i6] + 40, end[i6])
-        out.proto[i6] = nh
-        at[i6], first[i6], readable[i6] = at6, first6, readable6
+        x = _ipv6_ext(buf, w[i6, 6].astype(np.int64), l3[i6] + 40, end[i6])
+        out.proto[i6] = x.nh
+        at[i6], first[i6], readable[i6], deep[i6] = x.at, x.first, x.readable, x.deep
+        f6 = i6[x.frag_id >= 0]
+        fx = x.frag_id >= 0
+        out.frag_id[f6], out.frag_off[f6], out.frag_more[f6] = x.frag_id[fx], x.frag_off[fx], x.frag_more[fx]
+        # From the declared payload length: a fragment never takes the offload reading of a length of 0.
+        out.frag_len[f6] = l3[f6] + 40 + plen[f6] - x.frag_start[fx]
+    flow &= ~deep
+    out.kind = np.where(flow, KIND_FLOW, np.where((link.bad > 0) | bad4 | bad6 | deep, KIND_BAD, KIND_SKIP))
+    out.kind = out.kind.astype(np.uint8)
+    out.why = np.where(bad4, np.where(short4, 3, 2), np.where(bad6, 4, np.where(deep, 9, link.bad))).astype(np.uint8)
     out.length = np.where(flow, length, 0)
     ip_end = l3 + out.length
+    out.ip_end = ip_end
     # Non-first fragments carry no transport header: their payload starts right after the IP header(s).
     has_l4 = flow & first & readable
     out.trunc = flow & first & ~readable
@@ -397,55 +343,57 @@ def _decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> 
     flags_ok = tcp & (avail4 >= 14)
     out.syn = flags_ok & ((t[:, 13] & 0x12) == 0x02)
     hdr = np.where(flags_ok, np.maximum((t[:, 12] >> 4).astype(np.int64) * 4, 20), 20) * tcp
-    hdr += 8 * (has_l4 & _any_of(proto, (17, 136, 1, 58)))  # udp, udp-lite; icmp/icmpv6: type..rest
+    udp = has_l4 & _any_of(proto, (17, 136))
+    hdr += 8 * (udp | (has_l4 & _any_of(proto, (1, 58))))  # udp, udp-lite; icmp/icmpv6: type..rest
     hdr += 12 * (has_l4 & (proto == 132))
     out.pay_off = at + hdr
-    out.pay_len = np.where(flow, np.maximum(ip_end - out.pay_off, 0), 0)
+    out.wire_pay = np.where(flow, np.maximum(ip_end - out.pay_off, 0), 0)
+    # A first fragment's sample stands for the whole datagram: UDP says how long its payload is.
+    out.pay_len = out.wire_pay.copy()
+    head_frag = np.flatnonzero(udp & out.frag_more & (avail4 >= 8))
+    if head_frag.shape[0]:
+        out.pay_len[head_frag] = np.maximum(_u16(t[head_frag], 4) - 8, out.wire_pay[head_frag])
     macsec = etype == ETHERTYPE_MACSEC
     if macsec.any():
         _macsec(buf, np.flatnonzero(macsec), pos, l3, end, wire_end, out)
-    if depth < 2:
-        _overlays(buf, end, wire_end, out, depth)
-        nsh = etype == _NSH
-        if nsh.any():
-            _nsh(buf, np.flatnonzero(nsh), l3, end, wire_end, out, depth)
+    # Later fragments are never sampled: their bytes are the middle of a datagram, not the head of a payload.
+    later = out.frag_off > 0
+    cap = np.minimum(end, out.ip_end) - out.pay_off
+    out.pay_cap = np.where((out.kind == KIND_FLOW) & ~later, np.clip(cap, 0, out.pay_len), 0)
+    if depth < MAX_DEPTH:
+        overlays(buf, end, out, depth, decode_at)
+        gre(buf, end, out, depth, decode_at)
+        at_nsh = etype == ETHERTYPE_NSH
+        if at_nsh.any():
+            nsh(buf, np.flatnonzero(at_nsh), l3, end, wire_end, out, depth, decode_at)
     return out
 
 
-def _nsh(buf: U8, idx: I64, l3: I64, end: I64, wire_end: I64, out: Cols, depth: int) -> None:
-    """Replace Network Service Header packets (RFC 8300) by the flow they carry, noting the service path.
+@dataclass(frozen=True)
+class _Ext:
+    """What walking the IPv6 extension headers found (arrays over the IPv6 packets)."""
 
-    The base header's length field counts 4-byte words of the whole NSH (base, service path, context headers);
-    the next-protocol byte says what follows. Version must be 0. Anything else is reported as invalid NSH.
-    """
-    at = l3[idx]
-    w = gather(buf, at, 8)
-    words = (_u16(w, 0) & 0x3F).astype(np.int64)
-    nxt = w[:, 3].astype(np.int64)
-    lt = np.full(idx.shape[0], -2, np.int64)
-    for value, linktype in _NSH_NEXT.items():
-        lt[nxt == value] = linktype
-    inner = at + words * 4
-    ok = (at + 8 <= end[idx]) & ((w[:, 0] >> 6) == 0) & (words >= 2) & (inner <= end[idx]) & (lt != -2)
-    bad = idx[~ok]
-    out.kind[bad] = KIND_BAD
-    out.why[bad] = 8
-    idx, inner, lt, w = idx[ok], inner[ok], lt[ok], w[ok]
-    if not idx.shape[0]:
-        return
-    sub = _decode(buf, inner, end[idx], wire_end[idx], lt, depth + 1)
-    top = (sub.okind == OUTER_NONE) | (sub.okind == OUTER_MPLS)
-    path = _u32(w, 4)  # service path id (24 bits), then service index (8 bits)
-    sub.okind = np.where(top, OUTER_NSH, sub.okind).astype(np.uint8)
-    sub.ovni = np.where(top, path, sub.ovni)
-    out.put(idx, sub)
+    nh: I64  # the transport protocol
+    at: I64  # where its header starts
+    first: Mask  # not a later fragment
+    readable: Mask  # the headers walked were captured
+    deep: Mask  # more extension headers than _MAX_EXT: the transport protocol is not known
+    frag_id: I64  # fragment header's identification, -1 where none
+    frag_off: I64
+    frag_more: Mask
+    frag_start: I64  # where the fragmentable part starts (just after the fragment header)
 
 
-def _ipv6_ext(buf: U8, nh: I64, at: I64, end: I64) -> tuple[I64, I64, Mask, Mask]:
-    """Walk IPv6 extension headers: (transport protocol, its offset, first fragment?, header readable?)."""
-    first = np.ones(nh.shape[0], np.bool_)
-    readable = np.ones(nh.shape[0], np.bool_)
-    for _ in range(8):
+def _ipv6_ext(buf: U8, nh: I64, at: I64, end: I64) -> _Ext:
+    """Walk up to _MAX_EXT IPv6 extension headers (looping over only the packets that still have one)."""
+    m = nh.shape[0]
+    first = np.ones(m, np.bool_)
+    readable = np.ones(m, np.bool_)
+    fid = np.full(m, -1, np.int64)
+    foff = np.zeros(m, np.int64)
+    fmore = np.zeros(m, np.bool_)
+    fstart = np.zeros(m, np.int64)
+    for _ in range(_MAX_EXT):
         ext = np.flatnonzero(_any_of(nh, _IPV6_EXT) & readable & first)
         if not ext.shape[0]:
             break
@@ -454,10 +402,18 @@ def _ipv6_ext(buf: U8, nh: I64, at: I64, end: I64) -> tuple[I64, I64, Mask, Mask
         ext = ext[fits]
         e = gather(buf, at[ext], 8)
         frag = nh[ext] == 44
-        first[ext[frag]] = (_u16(e[frag], 2) >> 3) == 0
+        fx = ext[frag]
+        ef = e[frag]
+        foff[fx] = _u16(ef, 2) & 0xFFF8
+        fmore[fx] = (ef[:, 3] & 1) == 1
+        fid[fx] = _u32(ef, 4)
+        fstart[fx] = at[fx] + 8
+        first[fx] = foff[fx] == 0
         at[ext] += np.where(frag, 8, (e[:, 1].astype(np.int64) + 1) * 8)
         nh[ext] = e[:, 0]
-    return nh, at, first, readable & (at <= end)
+    deep = _any_of(nh, _IPV6_EXT) & readable & first & (at + 8 <= end)
+    return _Ext(nh=nh, at=at, first=first, readable=readable & (at <= end), deep=deep, frag_id=fid,
+                frag_off=foff, frag_more=fmore, frag_start=fstart)  # fmt: skip
 
 
 def _macsec(buf: U8, idx: I64, pos: I64, l3: I64, end: I64, wire_end: I64, out: Cols) -> None:
@@ -476,52 +432,8 @@ def _macsec(buf: U8, idx: I64, pos: I64, l3: I64, end: I64, wire_end: I64, out: 
     out.proto[idx] = 0
     out.length[idx] = wire_end[idx] - l3[idx]
     out.pay_off[idx] = l3[idx]
-    out.pay_len[idx] = wire_end[idx] - l3[idx]
-
-
-def _overlays(buf: U8, end: I64, wire_end: I64, out: Cols, depth: int) -> None:
-    """Replace VXLAN, Geneve and MPLS-over-UDP packets by their inner flow, keeping the outer header."""
-    udp = (out.kind == KIND_FLOW) & (out.proto == 17)
-    idx = np.flatnonzero(udp & _any_of(out.dport, (_UDP_VXLAN, _UDP_GENEVE, _UDP_MPLS)))
-    if not idx.shape[0]:
-        return
-    p = out.pay_off[idx]
-    w = gather(buf, p, 8)
-    fits = p + 8 <= end[idx]
-    dport = out.dport[idx]
-    inner = np.full(idx.shape[0], -1, np.int64)
-    lt = np.full(idx.shape[0], LT_ETHERNET, np.int64)
-    kind = np.zeros(idx.shape[0], np.uint8)
-    vni = _u32(w, 4) >> 8
-    vx = fits & (dport == _UDP_VXLAN) & ((w[:, 0] & 0x08) != 0)
-    inner[vx] = p[vx] + 8
-    kind[vx] = OUTER_VXLAN
-    ptype = _u16(w, 2)
-    gv = (
-        fits & (dport == _UDP_GENEVE) & ((w[:, 0] >> 6) == 0) & _any_of(ptype, (0x6558, ETHERTYPE_IPV4, ETHERTYPE_IPV6))
-    )
-    inner[gv] = p[gv] + 8 + (w[gv, 0] & 0x3F).astype(np.int64) * 4
-    lt[gv] = np.where(ptype[gv] == 0x6558, LT_ETHERNET, np.where(ptype[gv] == ETHERTYPE_IPV4, LT_IPV4, LT_IPV6))
-    kind[gv] = OUTER_GENEVE
-    mp = fits & (dport == _UDP_MPLS)
-    inner[mp] = p[mp]
-    lt[mp] = _LT_MPLS
-    kind[mp] = OUTER_MPLS_UDP
-    take = inner >= 0
-    idx, inner, lt, kind, vni = idx[take], inner[take], lt[take], kind[take], vni[take]
-    if not idx.shape[0]:
-        return
-    udp_end = out.pay_off[idx] + out.pay_len[idx]
-    sub = _decode(buf, inner, np.minimum(end[idx], udp_end), udp_end, lt, depth + 1)
-    # The nearest tunnel describes the flow (an MPLS stack inside it only lends its label).
-    top = (sub.okind == OUTER_NONE) | (sub.okind == OUTER_MPLS)
-    sub.okind = np.where(top, kind, sub.okind)
-    sub.ovni = np.where(top, np.where(kind == OUTER_MPLS_UDP, -1, vni), sub.ovni)
-    sub.osrc_hi = np.where(top, out.src_hi[idx], sub.osrc_hi)
-    sub.osrc_lo = np.where(top, out.src_lo[idx], sub.osrc_lo)
-    sub.odst_hi = np.where(top, out.dst_hi[idx], sub.odst_hi)
-    sub.odst_lo = np.where(top, out.dst_lo[idx], sub.odst_lo)
-    out.put(idx, sub)
+    out.pay_len[idx] = out.wire_pay[idx] = wire_end[idx] - l3[idx]
+    out.ip_end[idx] = wire_end[idx]
 
 
 __all__ = [
@@ -529,9 +441,11 @@ __all__ = [
     "KIND_BAD",
     "KIND_FLOW",
     "KIND_SKIP",
+    "MAX_DEPTH",
     "OUTER_NAMES",
     "OUTER_NONE",
     "OUTER_NSH",
     "Cols",
     "decode",
+    "decode_at",
 ]

@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ringfence.observe.flows._pcap_decode import KIND_FLOW, OUTER_NAMES, OUTER_NONE, Cols
+from ringfence.observe.flows._pcap_layout import KIND_FLOW, OUTER_ID_WORDS, OUTER_NAMES, OUTER_NONE, Cols
 from ringfence.observe.flows._pcap_walk import gather
 from ringfence.observe.payload import classify_flows
 from ringfence.observe.samples import (
@@ -105,15 +105,17 @@ class FlowAccumulator:
             arr[:cap] = self._state[name]
             self._state[name] = arr
 
-    def add(self, buf: npt.NDArray[np.uint8], c: Cols, ts: I64, seq0: int) -> None:
-        """Add the flow packets of one decoded batch (``ts``: their timestamps; ``seq0``: file index of row 0).
+    def add(self, buf: npt.NDArray[np.uint8], c: Cols, ts: I64, seq0: int | I64) -> None:
+        """Add the flow packets of one decoded batch (``ts``: their timestamps; ``seq0``: file index of row 0, or
+        of every row, for packets held back and added later, such as fragments that waited for their first).
 
         Packets are grouped by their *directional* key first; each group is then put in canonical order
         (lower side first) as a whole, so no per-packet work depends on the direction.
         """
         is_flow = c.kind == KIND_FLOW
         rows: I64 | slice = slice(None) if is_flow.all() else np.flatnonzero(is_flow)
-        seq = np.arange(c.kind.shape[0], dtype=np.int64)[rows] + seq0
+        seq_all = np.arange(c.kind.shape[0], dtype=np.int64) + seq0 if isinstance(seq0, int) else seq0
+        seq = seq_all[rows]
         m = seq.shape[0]
         if not m:
             return
@@ -189,7 +191,7 @@ class FlowAccumulator:
         # Both directions of a flow may be groups of this batch: hence ufunc.at on the flow arrays.
         st = self._state
         length = c.length[rows]
-        pay = c.pay_len[rows]
+        pay = c.wire_pay[rows]  # what this packet carries (a first fragment's pay_len is its datagram's)
         packets = np.bincount(g, minlength=n_groups)
         nbytes = np.bincount(g, weights=length, minlength=n_groups).astype(np.int64)
         ab = ~swap
@@ -370,7 +372,9 @@ def _outer_texts(key: npt.NDArray[np.void], st: dict[str, I64], init_a: npt.NDAr
             continue
         text = f"{name} {b}→{a}" if swap else f"{name} {a}→{b}"
         if int(k["ovni"]) >= 0:
-            text += f" vni {int(k['ovni'])}"
+            ident = int(k["ovni"])
+            word = OUTER_ID_WORDS.get(kind, "id")
+            text += f" {word} {ident:#x}" if word == "key" else f" {word} {ident}"
         if label >= 0:
             text += f" label {label}"
         out[i] = text

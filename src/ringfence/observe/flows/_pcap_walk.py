@@ -28,6 +28,12 @@ MAX_CAPLEN: Final = 262144
 MAX_BLOCK: Final = 16 << 20
 #: Bytes of zero padding every framing buffer must carry after its data (windows read past record ends).
 PAD: Final = 512
+#: Bytes scanned for record-header candidates at once (bounds the candidate arrays to a few MB).
+SCAN_SEGMENT: Final = 4 << 20
+#: Where more than one candidate in this many bytes looks like a record header, scanning costs more than the
+#: exact walk (a timestamp of 0 makes every zero byte a candidate): that segment is walked exactly instead.
+SCAN_DENSITY: Final = 24
+_ZERO_HEADER: Final = bytes(16)
 
 PCAP_MAGIC_US: Final = 0xA1B2C3D4
 PCAP_MAGIC_NS: Final = 0xA1B23C4D
@@ -173,20 +179,42 @@ class PcapWalker:
         if p + 16 > n:
             return -1
         length = self._u32(mem, p + 8)[0]
+        if length == 0 and mem[p : p + 16] == _ZERO_HEADER:
+            # 16 zero bytes: no time, no length, nothing on the wire — the file is zero-filled from here (space
+            # preallocated or never written, ``truncate -s``), and reading on would frame 1 GB as 67 M packets.
+            raise FramingError(p, "record header is all zeros: the file is zero-filled from here (never written)")
         if length > MAX_CAPLEN:
             raise FramingError(p, f"record declares {length} captured bytes (more than {MAX_CAPLEN}): corrupt")
         q = p + 16 + length
         return q if q <= n else -1
 
-    def _walk_python(self, mem: memoryview, p: int, n: int, limit: int, parts: list[I64]) -> int:
+    def _walk_python(self, mem: memoryview, p: int, n: int, limit: int, parts: list[I64], stop: int = -1) -> int:
+        """Exact walk of up to ``limit`` records (and, if ``stop`` >= 0, until ``p`` reaches ``stop``).
+
+        This loop is :meth:`_step` inlined: at jumbo-frame sizes it is the reader's hottest Python (a call per
+        record costs about as much as the rest of the step), so the uncommon cases leave the loop to ``_step``.
+        """
         found: list[int] = []
         append = found.append
-        step = self._step
+        unpack = self._u32
+        stop = n if stop < 0 else stop
+        last = n - 16  # the last place a complete record header can start
         try:
-            while len(found) < limit:
-                q = step(mem, p, n)
-                if q < 0:
-                    break
+            if limit < n:  # a bounded sample: count as we go
+                while len(found) < limit and p < stop:
+                    q = self._step(mem, p, n)
+                    if q < 0:
+                        break
+                    append(p)
+                    p = q
+                return p
+            while p < stop and p <= last:
+                length = unpack(mem, p + 8)[0]
+                q = p + 16 + length
+                if length == 0 or length > MAX_CAPLEN or q > n:
+                    q = self._step(mem, p, n)  # raises on corruption; -1: incomplete
+                    if q < 0:
+                        break
                 append(p)
                 p = q
         finally:
@@ -198,11 +226,19 @@ class PcapWalker:
         frac_limit = 10**9 if self.nano else 10**6
         while p + 16 <= n:
             tsec = self._u32(mem, p)[0]
-            cands = _find_byte(buf, p + top, n - 16 + top + 1, tsec >> 24) - top
+            hi = min(n, p + SCAN_SEGMENT)
+            cands = _find_byte(buf, p + top, hi - 16 + top + 1, tsec >> 24) - top
+            if cands.shape[0] * SCAN_DENSITY > hi - p:
+                q = self._walk_python(mem, p, n, n, parts, stop=hi)
+                if q < hi:  # an incomplete record: the end of what this window holds
+                    return q
+                p = q
+                continue
             # Keep candidates whose whole header is plausible: same high 16 bits of ts_sec, a valid fraction
-            # and length. A true record failing this is still found: the exact step below takes it.
+            # and a length, not zero (a zero-length record is left to the exact step, which knows zero-filled
+            # files). A true record failing this is still found: the exact step below takes it.
             w = words(buf, cands, 4, self.little)
-            ok = ((w[:, 0] >> 16) == tsec >> 16) & (w[:, 1] < frac_limit) & (w[:, 2] <= MAX_CAPLEN)
+            ok = ((w[:, 0] >> 16) == tsec >> 16) & (w[:, 1] < frac_limit) & (w[:, 2] <= MAX_CAPLEN) & (w[:, 2] > 0)
             cands, lengths = cands[ok], w[ok, 2]
             if cands.shape[0] == 0 or cands[0] != p:
                 keep = cands > p
@@ -281,9 +317,11 @@ def parse_idb(body: bytes, little: bool) -> Interface:
     pos = 8
     while pos + 4 <= len(body):
         code, olen = struct.unpack_from(e + "HH", body, pos)
-        value = body[pos + 4 : pos + 4 + olen]
         if code == 0:
             break
+        if pos + 4 + olen > len(body):
+            raise ValueError(f"option {code} declares {olen} bytes, past the end of the block")
+        value = body[pos + 4 : pos + 4 + olen]
         if code == 9 and olen >= 1:  # if_tsresol
             r = value[0]
             exp = r & 0x7F

@@ -9,10 +9,12 @@ per-flow state (including up to ``SAMPLES_PER_FLOW`` payload heads per flow), wh
 What it decodes: classic pcap (both byte orders, micro- and nanosecond), pcapng (both byte orders, several
 sections and interfaces with their own link types and timestamp resolutions; enhanced, simple and obsolete
 packet blocks); Ethernet with 802.1Q/802.1ad tag stacks, Linux cooked (SLL, SLL2), raw IP, IP over
-InfiniBand, BSD null/loopback; MPLS label stacks; IPv4 with options; IPv6 with extension headers; VXLAN,
-Geneve and MPLS over UDP (the *inner* flow is reported, the tunnel in ``outer``); MACsec frames as L2
-flows between MAC addresses. IP fragments are not reassembled: a first fragment counts in its 5-tuple
-flow, later fragments (which carry no ports) in a flow of the same addresses and protocol without ports.
+InfiniBand, BSD null/loopback, PPP, PPPoE, Cisco HDLC; MPLS label stacks; NSH; IPv4 with options; IPv6 with
+extension headers; VXLAN, VXLAN-GPE, Geneve, MPLS over UDP, GRE, enhanced GRE (PPTP) and ERSPAN (the *inner*
+flow is reported, the tunnel in ``outer``; see :mod:`._pcap_tunnels` for what is kept when the inner headers
+are cut short); MACsec frames as L2 flows between MAC addresses. IP fragments (v4 and v6) join their
+datagram's 5-tuple flow, each counted as the packet it is on the wire (:mod:`._pcap_frags`: bounds, and the
+hostile fragments it reports).
 Frames that are not IP (ARP, LLDP, …) make no flow and are counted in a warning.
 """
 
@@ -31,8 +33,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, decode
+from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, Cols, decode
 from ringfence.observe.flows._pcap_flows import FlowAccumulator
+from ringfence.observe.flows._pcap_frags import FragmentJoiner
 from ringfence.observe.flows._pcap_walk import (
     MAX_BLOCK,
     PCAP_MAGIC_NS,
@@ -77,9 +80,17 @@ class _Tally:
         self.bad_at: dict[int, int] = {}
         self.trunc = 0
         self.trunc_at = -1
+        self.cut = 0
+        self.cut_at = -1
 
-    def add(self, kind: npt.NDArray[np.uint8], why: npt.NDArray[np.uint8], etype: npt.NDArray[np.int64],
-            trunc: npt.NDArray[np.bool_], offsets: npt.NDArray[np.int64]) -> None:  # fmt: skip
+    def add(self, cols: Cols, offsets: npt.NDArray[np.int64]) -> None:
+        """Count the packets of one decoded batch that made no flow, or a flow with less than was asked."""
+        kind, why, etype, trunc = cols.kind, cols.why, cols.etype, cols.trunc
+        cut = np.flatnonzero(cols.cut & (kind == KIND_FLOW))
+        if cut.shape[0]:
+            self.cut += int(cut.shape[0])
+            if self.cut_at < 0:
+                self.cut_at = int(offsets[cut[0]])
         skip = kind == KIND_SKIP
         if skip.any():
             values, counts = np.unique(etype[skip], return_counts=True)
@@ -104,6 +115,11 @@ class _Tally:
             out.append(
                 f"{name}: {self.trunc} packet(s) cut before their transport header were counted in flows without "
                 f"ports (first at byte {self.trunc_at})"
+            )
+        if self.cut:
+            out.append(
+                f"{name}: {self.cut} tunnel packet(s) whose inner headers are cut short, invalid or not followed were "
+                f"counted in the tunnel's own flow (first at byte {self.cut_at})"
             )
         if self.non_ip:
             kinds = ", ".join(f"{et:#06x}×{c}" for et, c in sorted(self.non_ip.items()))
@@ -154,6 +170,7 @@ class _Read:
         self.batch = reader.batch_packets
         self.chunk = reader.chunk_bytes
         self.flows = FlowAccumulator()
+        self.frags = FragmentJoiner()
         self.tally = _Tally()
         self.warnings: list[str] = []
         self.records = 0
@@ -172,10 +189,20 @@ class _Read:
             self._run_pcapng(head)
         else:
             raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
+        self.finish()
+        if self.records and not self.flows.n_flows and self.tally.bad:
+            # Nothing usable, and not because the capture holds only ARP or LLDP: an empty result here would
+            # look like a clean one to whoever reads it, so it is an input error (exit 2) with the reasons.
+            reasons = "; ".join(f"{c} × {BAD_REASONS[k]}" for k, c in sorted(self.tally.bad.items()))
+            raise self._error(
+                min(self.tally.bad_at.values()),
+                f"none of its {self.records} packet(s) could be decoded into a flow: {reasons}",
+            )
 
     def all_warnings(self) -> tuple[str, ...]:
         """Framing warnings, then the tallies of packets that made no flow."""
-        return (*self.warnings, *self.tally.warnings(self.path.name))
+        name = self.path.name
+        return (*self.warnings, *self.tally.warnings(name), *self.frags.warnings(name))
 
     # -- chunked reading ---------------------------------------------------------------------------------
 
@@ -356,9 +383,21 @@ class _Read:
             end = data + frames.caplen[s:e]
             wire_end = data + np.maximum(frames.wirelen[s:e], frames.caplen[s:e])
             cols = decode(buf, data, end, wire_end, linktypes[frames.iface[s:e]])
-            self.tally.add(cols.kind, cols.why, cols.etype, cols.trunc, pos[s:e] + base)
-            self.flows.add(buf, cols, frames.ts_ns[s:e], self.records)
+            offsets = pos[s:e] + base
+            ts = frames.ts_ns[s:e]
+            seq = np.arange(e - s, dtype=np.int64) + self.records
+            released = self.frags.join(cols, ts, seq, offsets)
+            self.tally.add(cols, offsets)
+            self.flows.add(buf, cols, ts, self.records)
+            if released is not None:  # fragments held until their first fragment came: never sampled
+                self.flows.add(buf, released.rows, released.ts, released.seq)
             self.records += e - s
+
+    def finish(self) -> None:
+        """Fragments still waiting for a first fragment go into flows without ports."""
+        released = self.frags.finish()
+        if released is not None:
+            self.flows.add(np.zeros(0, np.uint8), released.rows, released.ts, released.seq)
 
 
 __all__ = ["BATCH_PACKETS", "CHUNK_BYTES", "PcapReader"]

@@ -1,0 +1,174 @@
+"""What the packet decoders share: link-type and encapsulation codes, reasons, byte readers, the batch columns.
+
+Kept apart from the decoders so that the link/IP/transport decoder (:mod:`._pcap_decode`) and the tunnel
+decoders (:mod:`._pcap_tunnels`) can both use them without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+Mask = npt.NDArray[np.bool_]
+
+# Link types (www.tcpdump.org/linktypes.html) and three of our own for decoding tunnel payloads.
+LT_NULL: Final = 0
+LT_ETHERNET: Final = 1
+LT_PPP: Final = 9
+LT_RAW_12: Final = 12
+LT_RAW_14: Final = 14
+LT_PPP_HDLC: Final = 50
+LT_PPP_ETHER: Final = 51
+LT_C_HDLC: Final = 104
+LT_LOOP: Final = 108
+LT_RAW: Final = 101
+LT_SLL: Final = 113
+LT_IPV4: Final = 228
+LT_IPV6: Final = 229
+LT_PPP_WITH_DIR: Final = 204
+LT_IPOIB: Final = 242
+LT_SLL2: Final = 276
+LT_MPLS: Final = -1  # starts with an MPLS label stack (MPLS over UDP or GRE)
+LT_NSH: Final = -3  # starts with a Network Service Header (GRE or VXLAN-GPE payload)
+LT_NONE: Final = -2  # not a payload we decode
+
+ETHERTYPE_NSH: Final = 0x894F
+
+# Outer encapsulations recorded in the ``outer`` column.
+OUTER_NONE: Final = 0
+OUTER_VXLAN: Final = 1
+OUTER_GENEVE: Final = 2
+OUTER_MPLS_UDP: Final = 3
+OUTER_MPLS: Final = 4
+OUTER_NSH: Final = 5
+OUTER_GRE: Final = 6
+OUTER_PPTP: Final = 7  # enhanced GRE (version 1), RFC 2637
+OUTER_ERSPAN: Final = 8
+OUTER_VXLAN_GPE: Final = 9
+OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp",
+                      OUTER_MPLS: "mpls", OUTER_NSH: "nsh", OUTER_GRE: "gre", OUTER_PPTP: "pptp-gre",
+                      OUTER_ERSPAN: "erspan", OUTER_VXLAN_GPE: "vxlan-gpe"}  # fmt: skip
+#: What the ``ovni`` number of each outer kind is, as printed after the outer addresses.
+OUTER_ID_WORDS: Final = {OUTER_VXLAN: "vni", OUTER_GENEVE: "vni", OUTER_VXLAN_GPE: "vni", OUTER_GRE: "key",
+                         OUTER_PPTP: "call", OUTER_ERSPAN: "session"}  # fmt: skip
+
+# Kinds of decoded packet.
+KIND_SKIP: Final = 0  # not IP (ARP, LLDP, …): no flow
+KIND_FLOW: Final = 1
+KIND_BAD: Final = 2  # undecodable: counted in a warning
+KIND_HELD: Final = 3  # a later IP fragment held back until its first fragment says which flow it is in
+
+#: Reasons a packet is undecodable (code → words).
+BAD_REASONS: Final = {
+    1: "frame shorter than its link-layer header",
+    2: "IPv4 header truncated or invalid (version or header length)",
+    3: "IPv4 total length smaller than its header",
+    4: "IPv6 header truncated or invalid version",
+    5: "unsupported link type",
+    6: "VLAN or MPLS header truncated",
+    7: "byte-stuffed PPP frame (HDLC escapes) not decoded",
+    8: "PPPoE or NSH header truncated or invalid",
+    9: "more IPv6 extension headers than the decoder follows (8)",
+}
+
+
+def u16(w: U8, col: int) -> I64:
+    """Big-endian 16-bit field at column ``col`` of every row."""
+    return (w[:, col].astype(np.int64) << 8) | w[:, col + 1]
+
+
+def u32(w: U8, col: int) -> I64:
+    """Big-endian 32-bit field at column ``col`` of every row."""
+    return (u16(w, col) << 16) | u16(w, col + 2)
+
+
+def u64(w: U8, col: int) -> npt.NDArray[np.uint64]:
+    """Big-endian 64-bit field at column ``col`` of every row."""
+    return np.ascontiguousarray(w[:, col : col + 8]).view(">u8").ravel().astype(np.uint64)
+
+
+def any_of(values: I64, choices: tuple[int, ...]) -> Mask:
+    """``np.isin`` for a handful of choices, without its sort."""
+    m: Mask = values == choices[0]
+    for c in choices[1:]:
+        m |= values == c
+    return m
+
+
+class Cols:
+    """Decoded fields of a batch of packets (one entry per packet; meaningful where ``kind`` is KIND_FLOW)."""
+
+    def __init__(self, n: int) -> None:
+        self.kind = np.zeros(n, np.uint8)
+        self.why = np.zeros(n, np.uint8)  # reason code where kind is KIND_BAD
+        self.etype = np.zeros(n, np.int64)  # the frame's network-layer ethertype
+        self.proto = np.zeros(n, np.uint8)
+        self.src_hi = np.zeros(n, np.uint64)
+        self.src_lo = np.zeros(n, np.uint64)
+        self.dst_hi = np.zeros(n, np.uint64)
+        self.dst_lo = np.zeros(n, np.uint64)
+        self.sport = np.full(n, -1, np.int64)
+        self.dport = np.full(n, -1, np.int64)
+        self.length = np.zeros(n, np.int64)  # IP length (frame length after the MAC header for L2 flows)
+        self.pay_off = np.zeros(n, np.int64)  # where the L4 payload starts in the buffer
+        self.pay_len = np.zeros(n, np.int64)  # L4 payload bytes on the wire (of the whole datagram, see frag_*)
+        self.pay_cap = np.zeros(n, np.int64)  # of which captured in this packet
+        self.wire_pay = np.zeros(n, np.int64)  # L4 payload bytes this packet itself carries
+        self.ip_end = np.zeros(n, np.int64)  # where the IP datagram (this fragment) ends in the buffer
+        self.syn = np.zeros(n, np.bool_)  # TCP SYN without ACK
+        self.trunc = np.zeros(n, np.bool_)  # transport header not readable: a flow without ports
+        self.cut = np.zeros(n, np.bool_)  # a tunnel whose inner headers are cut short or invalid: outer kept
+        self.frag_id = np.full(n, -1, np.int64)  # IP identification of a fragment (-1: not a fragment)
+        self.frag_off = np.zeros(n, np.int64)  # byte offset of the fragment's data in its datagram
+        self.frag_len = np.zeros(n, np.int64)  # bytes of datagram data the fragment carries
+        self.frag_more = np.zeros(n, np.bool_)  # more fragments follow
+        self.vlan = np.full(n, -1, np.int64)
+        self.okind = np.zeros(n, np.uint8)
+        self.ovni = np.full(n, -1, np.int64)
+        self.olabel = np.full(n, -1, np.int64)
+        self.osrc_hi = np.zeros(n, np.uint64)
+        self.osrc_lo = np.zeros(n, np.uint64)
+        self.odst_hi = np.zeros(n, np.uint64)
+        self.odst_lo = np.zeros(n, np.uint64)
+
+    def put(self, sel: I64, other: Cols) -> None:
+        """Overwrite the rows ``sel`` with ``other``'s rows (same order)."""
+        for name, arr in vars(self).items():
+            arr[sel] = getattr(other, name)
+
+    @staticmethod
+    def concat(parts: list[Cols]) -> Cols:
+        """The rows of ``parts``, in order, as one batch."""
+        out = Cols(0)
+        for name in vars(out):
+            setattr(out, name, np.concatenate([getattr(p, name) for p in parts]))
+        return out
+
+    def take(self, sel: I64) -> Cols:
+        """The rows ``sel`` as a new batch."""
+        out = Cols(0)
+        for name, arr in vars(self).items():
+            setattr(out, name, arr[sel])
+        return out
+
+
+__all__ = [
+    "BAD_REASONS",
+    "ETHERTYPE_NSH",
+    "KIND_BAD",
+    "KIND_FLOW",
+    "KIND_HELD",
+    "KIND_SKIP",
+    "OUTER_ID_WORDS",
+    "OUTER_NAMES",
+    "OUTER_NONE",
+    "Cols",
+    "any_of",
+    "u16",
+    "u32",
+    "u64",
+]
