@@ -69,8 +69,30 @@ def test_ssh_after_newkeys_is_encrypted() -> None:
 # --- WireGuard -------------------------------------------------------------------------------
 
 
-def _wg(kind: int, size: int) -> bytes:
+def _wg(kind: int, size: int, counter: int = 7) -> bytes:
+    if kind == 4:  # receiver index, little-endian 64-bit counter, then ciphertext and tag
+        return bytes([4, 0, 0, 0]) + rand(4) + struct.pack("<Q", counter) + rand(size - 16)
     return bytes([kind, 0, 0, 0]) + rand(size - 4)
+
+
+def test_wireguard_full_mtu_bulk_is_encrypted() -> None:
+    # The sample that made the lab's collective class unknown: a bulk tunnel (wireguard-go, MTU 1420)
+    # whose first sampled packets are all full size. Padding stops at the MTU: 1420 + 32 = 1452 bytes,
+    # not a multiple of 16 — as the kernel's and wireguard-go's padding both do.
+    receiver = rand(4)
+    bulk = [bytes([4, 0, 0, 0]) + receiver + struct.pack("<Q", 0x258F + i) + rand(1436) for i in range(16)]
+    flow = Flow(proto=17, sport=51820, dport=51820, extra_payload_packets=96_000).fwd(*bulk)
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "wireguard")
+    assert "16 transport data messages" in reason
+
+
+def test_wireguard_transport_needs_a_session_counter() -> None:
+    # Type 4 and three zero bytes alone are 4 bytes of evidence; the counter's top bytes pin it.
+    fake = [bytes([4, 0, 0, 0]) + rand(1448) for _ in range(16)]
+    assert all(any(f[13:16]) for f in fake)
+    assert verdict(Flow(proto=17, dport=51820).fwd(*fake))[:2] == ("unknown", None)
+    assert verdict(Flow(proto=17, dport=51820).fwd(_wg(4, 32, counter=2**40)))[:2] == ("unknown", None)
 
 
 def test_wireguard_handshake_then_transport_data() -> None:

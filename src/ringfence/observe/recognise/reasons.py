@@ -251,8 +251,8 @@ def _wireguard(r: Row) -> Verdict:
             ENC,
             "wireguard",
             (
-                f"WireGuard: {lead}{_n(data, 'transport data message')} (type 4, length a multiple of 16); "
-                "ciphertext (ChaCha20-Poly1305)"
+                f"WireGuard: {lead}{_n(data, 'transport data message')} "
+                "(type 4: receiver index, session counter, AEAD tag); ciphertext (ChaCha20-Poly1305)"
             ),
         )
     return HANDSHAKE, "wireguard", f"WireGuard: only handshake messages ({hs}); no transport data{r.sample_note()}"
