@@ -132,6 +132,9 @@ def classify_flows(keys: FlowKeys, samples: PayloadSamples) -> tuple[list[str], 
         dport=keys.dport,
         payload_packets=keys.payload_packets.astype(np.int64),
         sampled=np.bincount(p.flow, minlength=n),
+        later_bytes=np.maximum(
+            keys.payload_bytes.astype(np.int64) - np.bincount(p.flow, weights=p.length, minlength=n).astype(np.int64), 0
+        ),
         labels=np.bincount(label * n + p.flow, minlength=n * N_LABELS).reshape(N_LABELS, n),
         free_forward=np.bincount(p.flow[free & p.forward], minlength=n),
         short_form=np.bincount(p.flow[udp_free & ((first & 0xC0) == 0x40)], minlength=n),

@@ -71,6 +71,7 @@ class Label(IntEnum):
     NTP_MAC = 49
     SYSLOG = 50
     RFT_HS = 51  # ringfence transport handshake record (HELLO, AUTH, ALERT: plaintext body)
+    SSH_NEWKEYS_DATA = 52  # NEWKEYS and, in the same segment, bytes under the new keys
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -79,8 +79,8 @@ class Family(IntEnum):
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).
-FAMILY, PROTO, SPORT, DPORT, SAMPLED, MORE, FWD_FREE, SHORT, UNIFIED, GEN_H, BODY_H, DETAIL = range(12)
-LABELS = 12
+FAMILY, PROTO, SPORT, DPORT, SAMPLED, MORE, FWD_FREE, SHORT, UNIFIED, GEN_H, BODY_H, DETAIL, LATER_B = range(13)
+LABELS = 13
 GENERIC = LABELS + N_LABELS
 BODY = GENERIC + N_KINDS
 WIDTH = BODY + N_KINDS
@@ -106,6 +106,8 @@ class Row:
         "generic",
         "generic_entropy",
         "labels",
+        "later",
+        "later_bytes",
         "more",
         "proto",
         "sampled",
@@ -120,6 +122,8 @@ class Row:
         self.body = row[BODY:WIDTH]
         self.sampled = row[SAMPLED]
         self.more = bool(row[MORE])
+        self.later = row[MORE]  # later (unsampled) payload packets: 0, 1, or 2 meaning "2 or more"
+        self.later_bytes = row[LATER_B]  # their bytes as a power of ten; -1: none
         self.fwd_free = row[FWD_FREE]
         self.short = row[SHORT]
         self.unified = row[UNIFIED]
@@ -148,6 +152,16 @@ class Row:
 
     def sample_note(self) -> str:
         return f" in the first {self.sampled} payload packets (later ones not sampled)" if self.more else ""
+
+    def later_note(self) -> str:
+        """The unsampled rest of the flow in words, e.g. "the 2+ later payload packets (over 100 kB)"."""
+        count = "the later payload packet" if self.later == 1 else "the 2+ later payload packets"
+        if self.later_bytes < 0:
+            return count
+        size = 10**self.later_bytes
+        unit = next((f"{size // u} {name}" for u, name in ((10**9, "GB"), (10**6, "MB"), (10**3, "kB")) if size >= u),
+                    f"{size} bytes")  # fmt: skip
+        return f"{count} (over {unit})" if self.later_bytes > 0 else f"{count} (under 10 bytes)"
 
     def port_hint(self) -> str:
         ports = [p for p in (self.sport, self.dport) if p in PORT_HINTS]
@@ -222,11 +236,20 @@ def _tls(r: Row) -> Verdict:
 
 
 def _ssh(r: Row) -> Verdict:
-    banner, kex, newkeys = r.c(Label.SSH_BANNER), r.c(Label.SSH_KEX), r.c(Label.SSH_NEWKEYS)
+    banner, kex = r.c(Label.SSH_BANNER), r.c(Label.SSH_KEX)
+    newkeys, data_after = r.c(Label.SSH_NEWKEYS), r.c(Label.SSH_NEWKEYS_DATA)
     if (down := _downgrade(r, "SSH")) is not None:
         return down
     parts = [f"banner x{banner}" if banner else "", f"cleartext key-exchange packets x{kex}" if kex else ""]
-    shown = ", ".join(p for p in [*parts, "NEWKEYS" if newkeys else ""] if p)
+    seen_newkeys = f"NEWKEYS x{newkeys + data_after}" if newkeys or data_after else ""
+    shown = ", ".join(p for p in [*parts, seen_newkeys] if p)
+    if data_after:
+        return (
+            ENC,
+            "ssh",
+            f"SSH ({shown}): {_n(data_after, 'segment')} carry bytes after NEWKEYS that are not cleartext SSH "
+            "packets; encrypted after NEWKEYS (RFC 4253 §7.3)",
+        )
     # Before NEWKEYS every client packet is a banner or a cleartext binary packet, so an unrecognised
     # client packet comes after it — unless it is readable text (the tail of a long KEXINIT name-list);
     # server-side continuation segments of a long key-exchange reply prove nothing.
@@ -236,6 +259,15 @@ def _ssh(r: Row) -> Verdict:
             "ssh",
             f"SSH ({shown}), then {_n(r.free, 'binary packet')} that are not cleartext SSH packets; "
             "encrypted after NEWKEYS",
+        )
+    # The reader samples a flow's first payload packets, so everything it did not sample came later —
+    # after NEWKEYS. Of those, only the other side's NEWKEYS (one packet) can still be in clear.
+    if newkeys and (r.later >= 2 or (newkeys >= 2 and r.later)):
+        return (
+            ENC,
+            "ssh",
+            f"SSH ({shown}) in the first {r.sampled} payload packets; {r.later_note()} follow NEWKEYS, "
+            "so RFC 4253 §7.3 encrypts them (not sampled)",
         )
     return HANDSHAKE, "ssh", f"SSH handshake only ({shown}); no packet after NEWKEYS{r.sample_note()}"
 
@@ -528,6 +560,7 @@ __all__ = [
     "GEN_H",
     "HANDLERS",
     "LABELS",
+    "LATER_B",
     "MORE",
     "PORT_HINTS",
     "PROTO",

@@ -18,6 +18,7 @@ from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LAB
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
 
 I64 = npt.NDArray[np.int64]
+SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class FlowFacts:
     dport: npt.NDArray[np.int32]
     payload_packets: I64
     sampled: I64  # sampled packets per flow
+    later_bytes: I64  # payload bytes of the flow after (not in) its sampled packets
     labels: I64  # (N_LABELS, n): packets per label and flow
     free_forward: I64  # unlabelled packets initiator → responder
     short_form: I64  # unlabelled UDP packets with the QUIC short-header form bits (0b01xxxxxx)
@@ -61,7 +63,7 @@ def families(f: FlowFacts) -> I64:
         # A bare record header (application_data, alert, other handshake) is 3 bytes of evidence: random data
         # matches one in ~10^6 packets, so one alone does not make a TLS flow; two, or a hello, do.
         (Family.TLS, (f.count(*TLS_STRONG) > 0) | (f.count(*TLS_LABELS) >= 2)),
-        (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(Label.SSH_KEX, Label.SSH_NEWKEYS) >= 2)),
+        (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(*SSH_BINARY) >= 2)),
         (Family.WIREGUARD, f.count(Label.WG_INIT, Label.WG_RESP, Label.WG_COOKIE, Label.WG_DATA) > 0),
         (Family.QUIC, f.count(*QUIC_LABELS) > 0),
         (Family.GQUIC, f.count(Label.GQUIC_HS) > 0),
@@ -99,7 +101,9 @@ def _signatures(f: FlowFacts, family: I64) -> tuple[npt.NDArray[np.int32], list[
     sig[rs.SPORT] = np.where(generic & np.isin(f.sport, hinted), f.sport, 0)
     sig[rs.DPORT] = np.where(generic & np.isin(f.dport, hinted), f.dport, 0)
     sig[rs.SAMPLED] = f.sampled
-    sig[rs.MORE] = f.payload_packets > f.sampled
+    # 0, 1 or "2 or more" later packets; their bytes as a power of ten (reasons say "over 100 kB").
+    sig[rs.MORE] = np.clip(f.payload_packets - f.sampled, 0, 2)
+    sig[rs.LATER_B] = np.where(f.later_bytes > 0, np.floor(np.log10(np.maximum(f.later_bytes, 1))), -1)
     sig[rs.FWD_FREE] = f.free_forward
     sig[rs.SHORT] = f.short_form
     sig[rs.UNIFIED] = f.unified_form
