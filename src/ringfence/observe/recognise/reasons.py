@@ -11,11 +11,15 @@ from enum import IntEnum
 from typing import Final
 
 from ringfence.observe.recognise.labels import (
+    CLEAR_APP_LABELS,
+    CLEAR_APP_PROTOCOL,
+    CLEAR_APP_WORDS,
     HTTP_LABELS,
     N_KINDS,
     N_LABELS,
     READABLE_KINDS,
     TENSOR_KINDS,
+    UPGRADES,
     Kind,
     Label,
 )
@@ -75,7 +79,26 @@ class Family(IntEnum):
     DNS = 15
     NTP = 16
     SYSLOG = 17
-    GENERIC = 18
+    # storage, management and service protocols (worded in :mod:`.reasons_services`)
+    ONC_RPC = 18
+    SMB = 19
+    ISCSI = 20
+    NVME_TCP = 21
+    CEPH = 22
+    LNET = 23
+    SNMP = 24
+    IPMI = 25
+    KERBEROS = 26
+    LDAP = 27
+    DHCP = 28
+    TFTP = 29
+    POSTGRES = 30
+    MYSQL = 31
+    MQTT = 32
+    RDP = 33
+    KAFKA = 34
+    SLURM = 35
+    GENERIC = 36
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).
@@ -84,6 +107,11 @@ LABELS = 13
 GENERIC = LABELS + N_LABELS
 BODY = GENERIC + N_KINDS
 WIDTH = BODY + N_KINDS
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 packet``, ``2 packets``."""
+    return _n(count, noun)
 
 
 def _n(count: int, noun: str) -> str:
@@ -174,14 +202,18 @@ def _downgrade(r: Row, name: str) -> Verdict | None:
     """Plaintext if a flow of an encrypting protocol also carries readable application data."""
     http = r.c(*HTTP_LABELS)
     tensors, kind = r.tensors()
-    if not http and not tensors:
+    clear = {label: r.c(label) for label in CLEAR_APP_LABELS if r.c(label)}
+    if not http and not tensors and not clear:
         return None
     parts = []
     if http:
         parts.append(f"{_n(http, 'HTTP request/status line')}")
     if tensors and kind is not None:
         parts.append(f"{_n(tensors, 'packet')} of plaintext {_TENSOR_NAMES[kind][7:]} tensor data")
+    parts += [f"{_n(count, CLEAR_APP_WORDS[label])}" for label, count in clear.items()]
     protocol = _TENSOR_NAMES[kind] if kind is not None and not http else "http"
+    if clear and not http and not tensors:
+        protocol = CLEAR_APP_PROTOCOL[next(iter(clear))]
     return PLAIN, protocol, f"{name} framing seen, but the flow also carries {' and '.join(parts)} in clear"
 
 
@@ -209,6 +241,9 @@ def _tls(r: Row) -> Verdict:
         protocol, name, how = "tls", "TLS", " (version not visible in the sampled heads)"
     if (down := _downgrade(r, name)) is not None:
         return down
+    upgrade = [what for label, what in UPGRADES.items() if r.c(label)]
+    if upgrade:
+        how += f", after a cleartext upgrade ({', '.join(upgrade)})"
     hs = [
         ("ClientHello", r.c(Label.TLS_CH)),
         ("ServerHello", sh),
@@ -463,32 +498,6 @@ def _gloo(r: Row) -> Verdict:
     return UNKNOWN, "gloo", f"{lead}; only control messages, no tensor data sampled"
 
 
-def _http(r: Row) -> Verdict:
-    protocol = "http2" if r.c(Label.HTTP2_PREFACE) else "http"
-    line = f": {r.detail!r}" if r.detail else ""
-    what = "HTTP/2 cleartext preface" if protocol == "http2" else "HTTP/1.x request/status line"
-    return PLAIN, protocol, f"{_n(r.c(*HTTP_LABELS), what)} in clear{line}"
-
-
-def _dns(r: Row) -> Verdict:
-    return PLAIN, "dns", f"DNS: header and question name parse in {_n(r.c(Label.DNS), 'packet')}; DNS is unencrypted"
-
-
-def _ntp(r: Row) -> Verdict:
-    plain, mac = r.c(Label.NTP), r.c(Label.NTP_MAC)
-    note = f" ({mac} carry a MAC: authenticated, still readable)" if mac else ""
-    return PLAIN, "ntp", f"NTP: {_n(plain + mac, 'packet')} with a valid NTPv1-4 header{note}; NTP is unencrypted"
-
-
-def _syslog(r: Row) -> Verdict:
-    return PLAIN, "syslog", f"syslog: {_n(r.c(Label.SYSLOG), 'message')} starting <PRI> followed by text, in clear"
-
-
-def _icmp(r: Row) -> Verdict:
-    name = "icmpv6" if r.proto == 58 else "icmp"
-    return PLAIN, name, f"{name.upper()}: {_n(r.sampled, 'message')} in clear; ICMP has no encryption of its own"
-
-
 def _generic(r: Row) -> Verdict:
     g = r.generic
     analysed = sum(g)
@@ -526,11 +535,11 @@ def _no_payload(r: Row) -> Verdict:
     return UNKNOWN, None, "no payload observed"
 
 
+#: Handlers of the families worded here; :mod:`.verdict` joins them with :mod:`.reasons_services`' ones.
 HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.NO_PAYLOAD: _no_payload,
     Family.MACSEC: _macsec,
     Family.ESP: _esp,
-    Family.ICMP: _icmp,
     Family.RFT: _rft,
     Family.TLS: _tls,
     Family.SSH: _ssh,
@@ -541,16 +550,17 @@ HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.IKE: _ike,
     Family.ROCE: _roce,
     Family.GLOO: _gloo,
-    Family.HTTP: _http,
-    Family.DNS: _dns,
-    Family.NTP: _ntp,
-    Family.SYSLOG: _syslog,
     Family.GENERIC: _generic,
 }
 
 
 __all__ = [
     "BODY",
+    "ENC",
+    "HANDSHAKE",
+    "INTEG",
+    "PLAIN",
+    "UNKNOWN",
     "BODY_H",
     "DETAIL",
     "DPORT",
@@ -572,4 +582,5 @@ __all__ = [
     "Family",
     "Row",
     "Verdict",
+    "plural",
 ]

@@ -9,6 +9,7 @@ plaintext; readable application data anywhere in a flow makes it plaintext (the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,9 +17,20 @@ import numpy.typing as npt
 from ringfence.observe.recognise import reasons as rs
 from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
+from ringfence.observe.recognise.reasons_services import SERVICE_HANDLERS
 
 I64 = npt.NDArray[np.int64]
 SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
+#: Every family's handler, in one explicit registry.
+HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS}
+_RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL)
+_SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
+_CEPH = (Label.CEPH_BANNER, Label.CEPH_FRAME, Label.CEPH_SECURE, Label.CEPH_CRC)
+_SNMP = tuple(Label(i) for i in range(Label.SNMP_COMMUNITY, Label.SNMP3_DISCOVERY + 1))
+_IPMI = tuple(Label(i) for i in range(Label.IPMI15_CLEAR, Label.ASF + 1))
+_LDAP = (Label.LDAP_SIMPLE_BIND, Label.LDAP_SASL_BIND, Label.LDAP_STARTTLS, Label.LDAP_OP)
+_MYSQL = (Label.MYSQL_GREETING, Label.MYSQL_SSLREQ, Label.MYSQL_LOGIN)
+_RDP = (Label.RDP_NEG_TLS, Label.RDP_NEG_STD)
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,26 @@ def families(f: FlowFacts) -> I64:
         (Family.IKE, f.count(Label.IKE1, Label.IKE2, Label.NAT_KEEPALIVE) > 0),
         (Family.ROCE, f.count(Label.ROCE_DATA, Label.ROCE_CTRL) > 0),
         (Family.GLOO, f.count(Label.GLOO_CTRL, Label.GLOO_DATA) > 0),
+        (Family.ONC_RPC, f.count(*_RPC) > 0),
+        (Family.SMB, f.count(*_SMB) > 0),
+        (Family.ISCSI, f.count(Label.ISCSI_LOGIN, Label.ISCSI_TEXT) > 0),
+        # A bare capsule/data PDU is ~4 bytes of evidence: ICReq/ICResp, or two PDUs, make the flow.
+        (Family.NVME_TCP, (f.count(Label.NVME_IC) > 0) | (f.count(Label.NVME_PDU) >= 2)),
+        (Family.CEPH, f.count(*_CEPH) > 0),
+        (Family.LNET, f.count(Label.LNET) > 0),
+        (Family.SNMP, f.count(*_SNMP) > 0),
+        (Family.IPMI, f.count(*_IPMI) > 0),
+        (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
+        (Family.LDAP, f.count(*_LDAP) > 0),
+        (Family.DHCP, f.count(Label.DHCP) > 0),
+        (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
+        (Family.POSTGRES, f.count(Label.PG_SSLREQ, Label.PG_STARTUP) > 0),
+        (Family.MYSQL, f.count(*_MYSQL) > 0),
+        (Family.MQTT, f.count(Label.MQTT_CONNECT) > 0),
+        (Family.RDP, f.count(*_RDP) > 0),
+        (Family.KAFKA, f.count(Label.KAFKA) > 0),
+        # The Slurm header alone is a version byte, a message-type range and lengths: MUNGE or two headers.
+        (Family.SLURM, (f.count(Label.SLURM_MUNGE) > 0) | (f.count(Label.SLURM) >= 2)),
         (Family.HTTP, f.count(*HTTP_LABELS) > 0),
         (Family.DNS, f.count(Label.DNS) > 0),
         (Family.NTP, f.count(Label.NTP, Label.NTP_MAC) > 0),
@@ -155,7 +187,7 @@ def decide(f: FlowFacts) -> tuple[list[str], list[str | None], list[str]]:
     family = families(f)
     sig, texts = _signatures(f, family)
     first, inverse = _groups(sig)
-    verdicts = [rs.HANDLERS[Family(row[rs.FAMILY])](rs.Row(row, texts)) for row in sig[:, first].T.tolist()]
+    verdicts = [HANDLERS[Family(row[rs.FAMILY])](rs.Row(row, texts)) for row in sig[:, first].T.tolist()]
     table = np.empty((len(verdicts), 3), dtype=object)
     table[:] = verdicts
     out = table[inverse]
