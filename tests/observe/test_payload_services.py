@@ -125,6 +125,15 @@ def test_ldap_simple_bind_is_plaintext_and_starttls_then_tls_encrypted() -> None
     assert verdict(Flow(dport=389).fwd(bind, starttls, hello, b"\x17\x03\x03\x00\x40" + rand(64)))[0] == "plaintext"
 
 
+def test_ldap_with_active_directory_length_encoding() -> None:
+    # Active Directory writes every length in the 4-byte long form (0x84).
+    search = octets(b"dc=lab") + b"\x0a\x01\x02\x0a\x01\x00"
+    op = b"\x63\x84" + struct.pack(">I", len(search)) + search
+    body = b"\x02\x84\x00\x00\x00\x01\x07" + op
+    message = b"\x30\x84" + struct.pack(">I", len(body)) + body
+    assert verdict(Flow(dport=389).fwd(message))[:2] == ("plaintext", "ldap")
+
+
 def test_ldap_search_in_clear_is_plaintext() -> None:
     search = ldap_msg(tlv(0x63, octets(b"dc=lab") + b"\x0a\x01\x02\x0a\x01\x00" + integer(0) * 2), msg_id=2)
     assert verdict(Flow(dport=389).fwd(search))[:2] == ("plaintext", "ldap")

@@ -125,8 +125,15 @@ def test_smb2_messages_the_spec_leaves_unsigned_do_not_downgrade() -> None:
 
 
 def test_smb1_is_plaintext() -> None:
-    smb1 = b"\xffSMB" + bytes([0x72]) + bytes(27) + rand(40)
+    smb1 = b"\xffSMB" + bytes([0x2E]) + bytes(27) + rand(40)  # READ_ANDX
     assert verdict(smb_flow(struct.pack(">I", len(smb1)) + smb1))[:2] == ("plaintext", "smb1")
+
+
+def test_an_smb1_negotiate_offering_smb2_is_a_handshake() -> None:
+    negotiate = b"\xffSMB" + bytes([0x72]) + bytes(27) + b"\x00\x0c\x00\x02NT LM 0.12\x00\x02SMB 2.???\x00"
+    flow = smb_flow(struct.pack(">I", len(negotiate)) + negotiate, smb2(0, signed=False, session=0))
+    flow.fwd(smb2(1, signed=False, session=0), transform(), transform())
+    assert verdict(flow)[:2] == ("encrypted", "smb3")
 
 
 def test_iscsi_login_is_plaintext() -> None:

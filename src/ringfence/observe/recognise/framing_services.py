@@ -55,12 +55,19 @@ def tlv(s: U8, pos: I64, v: I64) -> tuple[I64, I64, I64, Bool]:
     long1 = first == 0x81
     long2 = first == 0x82
     long3 = first == 0x83
+    long4 = first == 0x84  # Active Directory writes every LDAP length in this form
     length = np.select(
-        [first < 0x80, long1, long2, long3],
-        [first, at(s, pos + 2), be16_at(s, pos + 2), (at(s, pos + 2) << 16) | be16_at(s, pos + 3)],
+        [first < 0x80, long1, long2, long3, long4],
+        [
+            first,
+            at(s, pos + 2),
+            be16_at(s, pos + 2),
+            (at(s, pos + 2) << 16) | be16_at(s, pos + 3),
+            (be16_at(s, pos + 2) << 16) | be16_at(s, pos + 4),
+        ],
         -1,
     )
-    header = np.select([first < 0x80, long1, long2, long3], [2, 3, 4, 5], 0)
+    header = np.select([first < 0x80, long1, long2, long3, long4], [2, 3, 4, 5, 6], 0)
     ok = (header > 0) & (pos + header <= v) & ((tag & 0x1F) != 0x1F)  # no multi-byte tags here
     return tag, length, header, np.asarray(ok)
 

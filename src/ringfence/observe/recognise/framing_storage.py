@@ -153,9 +153,12 @@ def smb(p: Packets, out: Labeller) -> None:
     transform = ok & (pid == 0xFD) & (length >= 52) & (le(s, 44, 2) == 0) & (le(s, 46, 2) == 1)
     transform &= le(s, 40, 4) >= 64
     compressed = ok & (pid == 0xFC) & (le(s, 12, 2) <= 5) & (le(s, 14, 2) <= 1) & (length >= 20)
+    # Windows clients open with an SMB1 NEGOTIATE (0x72) offering SMB2 dialects: a handshake, not SMB1 use.
+    smb1_negotiate = smb1 & (s[:, 8] == 0x72)
     codes = np.select(
-        [smb1, handshake, signed, exempt, smb2, transform, compressed],
+        [smb1_negotiate, smb1, handshake, signed, exempt, smb2, transform, compressed],
         [
+            Label.SMB2_HS,
             Label.SMB1,
             Label.SMB2_HS,
             Label.SMB2_SIGNED,
