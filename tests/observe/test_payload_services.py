@@ -88,8 +88,12 @@ def test_ipmi_rmcp_plus_and_ipmi15() -> None:
     cipher_zero = Flow(proto=17, dport=623).fwd(setup, rmcp_plus(0x00, rand(12)))
     assert verdict(cipher_zero)[0] == "plaintext"
     msg = rand(9)
-    v15 = b"\x06\x00\xff\x07" + b"\x00" + rand(8) + bytes([len(msg)]) + msg
+    v15 = b"\x06\x00\xff\x07" + b"\x00" + rand(4) + b"\x1a\x2b\x3c\x4d" + bytes([len(msg)]) + msg
     assert verdict(Flow(proto=17, dport=623).fwd(v15))[:2] == ("plaintext", "ipmi")
+    # Get Channel Authentication Capabilities: IPMI 1.5, no session, before every RMCP+ session.
+    capabilities = b"\x06\x00\xff\x07" + b"\x00" + bytes(8) + b"\x09\x20\x18\xc8\x81\x00\x38\x8e\x04\xb5"
+    lanplus = Flow(proto=17, dport=623).fwd(capabilities, setup, rmcp_plus(0xC0, rand(32), trailer=rand(16)))
+    assert verdict(lanplus)[:2] == ("encrypted", "ipmi")
 
 
 # --- Kerberos, LDAP ----------------------------------------------------------------------------------

@@ -36,7 +36,15 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.nat_keepalive,
     dg.esp_in_udp,
     dg.roce,
-    # storage and management protocols: fixed fields and bounded BER walks, before the weaker DNS test
+    # then the storage and management protocols (_SERVICES, on their candidate rows only)
+    st.dns,
+    dg.ntp,
+    st.syslog,
+)
+#: Where :data:`_ORDER` hands over to :data:`_SERVICES` (before the weaker DNS, NTP and syslog tests).
+_SERVICES_AT: Final = _ORDER.index(st.dns)
+# Storage and management protocols: fixed fields and bounded BER walks.
+_SERVICES: Final[tuple[Recogniser, ...]] = (
     sg.onc_rpc,
     sg.smb,
     sg.iscsi,
@@ -55,10 +63,20 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     sv.rdp,
     sv.kafka,
     sv.slurm,
-    st.dns,
-    dg.ntp,
-    st.syslog,
 )
+
+
+def _first_byte_table() -> npt.NDArray[np.bool_]:
+    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate)."""
+    table = np.zeros(256, dtype=np.bool_)
+    table[:51] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP), NVMe/TCP, Ceph, RMCP, MQTT
+    # RPC record mark, SNMP/LDAP SEQUENCE, Ceph banner, iSCSI opcodes, Kerberos APPLICATION tags, LNet magics
+    table[[0x80, 0x30, 0x63, 0x43, 0x44, 0x64, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E, 0xAC, 0xED, 0xEE]] = True
+    return table
+
+
+_SERVICE_FIRST: Final = _first_byte_table()
+_KRB_TCP: Final = np.isin(np.arange(256), [0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])
 _GQUIC_TAGS: Final = (b"CHLO", b"REJ\x00", b"SHLO")
 
 
@@ -119,10 +137,30 @@ def _tftp_transfer(p: Packets, out: Labeller) -> None:
     out.assign(ack, np.where(np.isin(ack_key, both), Label.TFTP_ACK, 0).astype(np.int64))
 
 
+def _services(p: Packets, out: Labeller) -> None:
+    """Run :data:`_SERVICES` on the free rows that pass a cheap gate (their first byte, or the fields
+    MySQL's, UDP RPC's and TCP Kerberos' rules start from), gathered once: most traffic is never a candidate."""
+    c = p.cols
+    tcp, udp = p.proto == 6, p.proto == 17
+    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]]))
+    gate |= udp & (c[4] == 0) & (c[5] == 0) & (c[6] == 0)
+    rows = np.flatnonzero(gate & out.free)
+    if rows.size == 0:
+        return
+    sub = Labeller(rows.size)
+    q = p.subset(rows)
+    for recognise in _SERVICES:
+        recognise(q, sub)
+    out.assign(rows, sub.label.astype(np.int64))
+
+
 def label_packets(p: Packets, n_flows: int) -> Framing:
     """Run every recogniser over the packets; see ``docs/verdicts.md`` for what each one checks."""
     out = Labeller(p.m)
-    for recognise in _ORDER:
+    for recognise in _ORDER[:_SERVICES_AT]:
+        recognise(p, out)
+    _services(p, out)
+    for recognise in _ORDER[_SERVICES_AT:]:
         recognise(p, out)
     _gquic_tags(p, out, n_flows)
     _tftp_transfer(p, out)

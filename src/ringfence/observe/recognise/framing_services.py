@@ -152,9 +152,13 @@ def rmcp(p: Packets, out: Labeller) -> None:
     authed = (s[:, 5] & 0x40) != 0
     plus &= np.where(authed, 16 + plen < length, 16 + plen == length) & np.isin(ptype, _RMCPP_PAYLOADS)
     setup = plus & (ptype >= 0x10) & ~encrypted & ~authed
+    # Outside a session (session id 0) an IPMI 1.5 message is discovery — Get Channel Authentication
+    # Capabilities, which ipmitool sends in clear before every RMCP+ session — not session traffic.
+    sessionless = (v15_short | v15_auth) & (be32(s, 9) == 0)
     codes = np.select(
         [
             asf,
+            sessionless,
             v15_short | (v15_auth & (auth == 4)),  # none, or the password itself as the "authcode"
             v15_auth,
             setup,
@@ -164,6 +168,7 @@ def rmcp(p: Packets, out: Labeller) -> None:
         ],
         [
             Label.ASF,
+            Label.RMCPP_SETUP,
             Label.IPMI15_CLEAR,
             Label.IPMI15_AUTH,
             Label.RMCPP_SETUP,
@@ -394,11 +399,11 @@ def kafka(p: Packets, out: Labeller) -> None:
 
 
 def slurm(p: Packets, out: Labeller) -> None:
-    """Slurm RPC (slurm_protocol_pack.c): 4-byte length, protocol version (21.08 .. 26.x: high byte
-    37..48, low 0), flags, msg_type 1001..12000, body length; the MUNGE credential (``MUNGE:…``)
+    """Slurm RPC (slurm_protocol_pack.c): 4-byte length, protocol version (19.05 .. 27.x: high byte
+    33..50, low 0), flags, msg_type 1001..12000, body length; the MUNGE credential (``MUNGE:…``)
     follows the header and is visible in short headers."""
     c = p.cols
-    cand = (p.proto == _TCP) & (c[0] == 0) & (c[4] >= 37) & (c[4] <= 48) & (c[5] == 0) & (c[6] == 0)
+    cand = (p.proto == _TCP) & (c[0] == 0) & (c[4] >= 33) & (c[4] <= 50) & (c[5] == 0) & (c[6] == 0)
     idx, s, _, _ = _select(p, out, cand & (p.length >= 20))
     if idx.size == 0:
         return

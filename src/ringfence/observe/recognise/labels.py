@@ -107,7 +107,7 @@ class Label(IntEnum):
     SNMP3_DISCOVERY = 80  # noAuthNoPriv with an empty engine id (RFC 3414 §4)
     IPMI15_CLEAR = 81  # IPMI 1.5 session, authentication type none / straight password
     IPMI15_AUTH = 82  # IPMI 1.5 session with MD2 / MD5 / OEM authcode
-    RMCPP_SETUP = 83  # RMCP+ open session / RAKP messages
+    RMCPP_SETUP = 83  # RMCP+ open session / RAKP, or an IPMI 1.5 message outside a session (discovery)
     RMCPP_PLAIN = 84
     RMCPP_AUTH = 85  # authenticated, not encrypted
     RMCPP_ENC = 86
