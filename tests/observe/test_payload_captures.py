@@ -20,6 +20,7 @@ from ringfence.observe.samples import FlowKeys, PayloadSamples
 pcap = pytest.importorskip("ringfence.observe.flows.pcap")
 
 CAPTURES = Path(__file__).resolve().parents[2].parent / "shared" / "captures" / "tcpdump-tests"
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
 def read(name: str) -> tuple[list[dict[str, object]], FlowKeys, PayloadSamples]:
@@ -56,6 +57,24 @@ def test_capture_verdicts(capture: str, protection: str, protocol: str) -> None:
     with_payload = [r for r in rows if r["reason"] != "no payload observed"]
     assert with_payload
     assert {(r["protection"], r["protocol"]) for r in with_payload} == {(protection, protocol)}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # OpenSSH 9.2 client and server on loopback (made for these tests, snaplen 160), 400 kB of `cat`:
+        # the server writes its key-exchange reply and NEWKEYS in one 1564-byte segment.
+        "ssh-openssh92-loopback.pcap",
+        # The same session's server → client packets only (a one-direction mirror): the client's own
+        # NEWKEYS is not there, so only the reply segment's length shows the server's.
+        "ssh-openssh92-server-only.pcap",
+    ],
+)
+def test_real_ssh_sessions_are_encrypted(name: str) -> None:
+    table, _, _, _ = pcap.PcapReader()._read(ASSETS / name, None)
+    (row,) = table.to_pylist()
+    assert (row["protection"], row["protocol"]) == ("encrypted", "ssh"), row["reason"]
+    assert "NEWKEYS" in str(row["reason"])
 
 
 def test_quic_capture_cut_after_the_long_headers_is_handshake_only() -> None:

@@ -77,6 +77,7 @@ def _bulk(n: int, per_flow: int = 16) -> tuple[FlowKeys, PayloadSamples]:
     )
     wg = np.arange(2 * q * per_flow, 3 * q * per_flow)
     head[wg, :4] = [4, 0, 0, 0]
+    head[wg, 12:16] = 0  # a session counter below 2^32
     proto = np.full(n, 6, dtype=np.uint8)
     proto[2 * q : 3 * q] = 17
     keys = FlowKeys(

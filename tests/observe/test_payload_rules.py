@@ -66,11 +66,79 @@ def test_ssh_after_newkeys_is_encrypted() -> None:
     assert "NEWKEYS" in reason
 
 
+def _ssh_session_start() -> Flow:
+    return Flow(dport=22).fwd(b"SSH-2.0-OpenSSH_9.2\r\n").back(b"SSH-2.0-OpenSSH_9.6\r\n")
+
+
+def test_ssh_newkeys_hidden_behind_the_reply_is_found_by_length() -> None:
+    # The server writes KEX_ECDH_REPLY and NEWKEYS in one segment; NEWKEYS starts past the 64-byte head.
+    reply = _ssh_packet(31, rand(600))
+    flow = Flow(dport=22).back(b"SSH-2.0-OpenSSH_9.6\r\n", _ssh_packet(20, b"kex" * 30), reply + _ssh_packet(21))
+    flow.back(rand(44), rand(1400), rand(1400))  # server-side only: a one-direction capture
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "ssh")
+    assert "NEWKEYS x1" in reason
+
+
+def test_ssh_gex_group_alone_is_not_newkeys() -> None:
+    # KEX_DH_GEX_GROUP is also code 31, but the server then waits: nothing follows it in the segment.
+    flow = Flow(dport=22).back(b"SSH-2.0-OpenSSH_9.6\r\n", _ssh_packet(31, rand(300)), rand(300), rand(300))
+    assert verdict(flow)[0] == "handshake-only"
+
+
+def test_ssh_bytes_after_newkeys_in_one_segment_are_encrypted() -> None:
+    flow = _ssh_session_start().fwd(_ssh_packet(20, b"kex" * 30), _ssh_packet(21) + rand(44))
+    protection, _, reason = verdict(flow)
+    assert protection == "encrypted"
+    assert "after NEWKEYS" in reason
+    # … unless what follows NEWKEYS is itself a cleartext packet: that proves nothing.
+    clear = _ssh_session_start().fwd(_ssh_packet(20, b"kex" * 30), _ssh_packet(21) + _ssh_packet(2, b"x" * 20))
+    assert verdict(clear)[0] == "handshake-only"
+
+
+def test_ssh_sample_cut_after_newkeys_uses_the_flow_counters() -> None:
+    # The sample ends with the key exchange (every packet of it a cleartext SSH packet); 500 more follow.
+    flow = _ssh_session_start().fwd(_ssh_packet(20, b"kex" * 30)).back(_ssh_packet(20, b"kex" * 30))
+    flow.fwd(_ssh_packet(30, rand(32))).back(_ssh_packet(31, rand(600)) + _ssh_packet(21))
+    flow.extra_payload_packets = 500
+    protection, _, reason = verdict(flow)
+    assert protection == "encrypted"
+    assert "2+ later payload packets" in reason and "not sampled" in reason
+    # One later packet may be the client's NEWKEYS: not enough …
+    flow.extra_payload_packets = 1
+    assert verdict(flow)[0] == "handshake-only"
+    # … unless both sides' NEWKEYS were sampled.
+    flow.fwd(_ssh_packet(21))
+    assert verdict(flow)[0] == "encrypted"
+
+
 # --- WireGuard -------------------------------------------------------------------------------
 
 
-def _wg(kind: int, size: int) -> bytes:
+def _wg(kind: int, size: int, counter: int = 7) -> bytes:
+    if kind == 4:  # receiver index, little-endian 64-bit counter, then ciphertext and tag
+        return bytes([4, 0, 0, 0]) + rand(4) + struct.pack("<Q", counter) + rand(size - 16)
     return bytes([kind, 0, 0, 0]) + rand(size - 4)
+
+
+def test_wireguard_full_mtu_bulk_is_encrypted() -> None:
+    # The sample that made the lab's collective class unknown: a bulk tunnel (wireguard-go, MTU 1420)
+    # whose first sampled packets are all full size. Padding stops at the MTU: 1420 + 32 = 1452 bytes,
+    # not a multiple of 16 — as the kernel's and wireguard-go's padding both do.
+    receiver = rand(4)
+    bulk = [bytes([4, 0, 0, 0]) + receiver + struct.pack("<Q", 0x258F + i) + rand(1436) for i in range(16)]
+    flow = Flow(proto=17, sport=51820, dport=51820, extra_payload_packets=96_000).fwd(*bulk)
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("encrypted", "wireguard")
+    assert "16 transport data messages" in reason
+
+
+def test_wireguard_transport_needs_a_session_counter() -> None:
+    # Type 4 and three zero bytes alone are 4 bytes of evidence; the counter's top bytes pin it.
+    fake = [bytes([4, 0, 0, 0]) + rand(1448) for _ in range(16)]
+    assert all(any(f[13:16]) for f in fake)
+    assert verdict(Flow(proto=17, dport=51820).fwd(*fake))[:2] == ("unknown", None)
+    assert verdict(Flow(proto=17, dport=51820).fwd(_wg(4, 32, counter=2**40)))[:2] == ("unknown", None)
 
 
 def test_wireguard_handshake_then_transport_data() -> None:

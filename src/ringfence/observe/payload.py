@@ -32,6 +32,15 @@ ENTROPY_PER_FLOW: Final = 2
 BODY_PER_FLOW: Final = 2
 
 I64 = npt.NDArray[np.int64]
+_TCP: Final = 6
+_RPC_CALLS: Final = (
+    Label.RPC_CALL_CLEAR,
+    Label.RPC_GSS_NONE,
+    Label.RPC_GSS_INTEG,
+    Label.RPC_GSS_PRIV,
+    Label.RPC_GSS_CTRL,
+    Label.RPC_NULL,
+)
 
 
 def _check(keys: FlowKeys, samples: PayloadSamples) -> None:
@@ -70,8 +79,10 @@ def _first_rows(flow: I64, rows: I64) -> tuple[I64, I64]:
     return flows, rows[first]
 
 
-def _details(fr: Framing, flow: I64, head: npt.NDArray[np.uint8], valid: I64) -> dict[int, str]:
-    """Short excerpts for reasons: an HTTP flow's first line, an ESP flow's SPI."""
+def _details(
+    fr: Framing, flow: I64, head: npt.NDArray[np.uint8], valid: I64, proto: npt.NDArray[np.uint8]
+) -> dict[int, str]:
+    """Short excerpts for reasons: an HTTP flow's first line, an ESP flow's SPI, an RPC call's program."""
     details: dict[int, str] = {}
     http = np.flatnonzero(np.isin(fr.label, HTTP_LABELS))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, http)), strict=True):
@@ -80,6 +91,12 @@ def _details(fr: Framing, flow: I64, head: npt.NDArray[np.uint8], valid: I64) ->
     esp = np.flatnonzero(np.isin(fr.label, [Label.ESP, Label.ESP_NULL]))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, esp)), strict=True):
         details[f] = f"SPI 0x{int.from_bytes(bytes(head[row, :4]), 'big'):08x}"
+    calls = np.flatnonzero(np.isin(fr.label, _RPC_CALLS))
+    for f, row in zip(*(a.tolist() for a in _first_rows(flow, calls)), strict=True):
+        base = 4 if proto[row] == _TCP else 0  # after the record mark
+        program = int.from_bytes(bytes(head[row, base + 12 : base + 16]), "big")
+        version = int.from_bytes(bytes(head[row, base + 16 : base + 20]), "big")
+        details[f] = f"program {program} v{version}"
     return details
 
 
@@ -132,6 +149,9 @@ def classify_flows(keys: FlowKeys, samples: PayloadSamples) -> tuple[list[str], 
         dport=keys.dport,
         payload_packets=keys.payload_packets.astype(np.int64),
         sampled=np.bincount(p.flow, minlength=n),
+        later_bytes=np.maximum(
+            keys.payload_bytes.astype(np.int64) - np.bincount(p.flow, weights=p.length, minlength=n).astype(np.int64), 0
+        ),
         labels=np.bincount(label * n + p.flow, minlength=n * N_LABELS).reshape(N_LABELS, n),
         free_forward=np.bincount(p.flow[free & p.forward], minlength=n),
         short_form=np.bincount(p.flow[udp_free & ((first & 0xC0) == 0x40)], minlength=n),
@@ -140,7 +160,7 @@ def classify_flows(keys: FlowKeys, samples: PayloadSamples) -> tuple[list[str], 
         body=np.bincount(kind[g:] * n + body_flow, minlength=n * N_KINDS).reshape(N_KINDS, n),
         generic_entropy=_mean_by_flow(gen_flow, content.entropy[:g], n),
         body_entropy=_mean_by_flow(body_flow, content.entropy[g:], n),
-        details=_details(fr, p.flow, p.head, p.valid),
+        details=_details(fr, p.flow, p.head, p.valid, p.proto),
     )
     return decide(facts)
 

@@ -36,6 +36,21 @@ class Packets:
         """Number of sampled packets."""
         return int(self.length.shape[0])
 
+    def subset(self, rows: I64) -> Packets:
+        """The packets at ``rows`` (a gather of every column)."""
+        return Packets(
+            head=self.head[rows],
+            cols=np.ascontiguousarray(self.cols[:, rows]),
+            length=self.length[rows],
+            valid=self.valid[rows],
+            flow=self.flow[rows],
+            forward=self.forward[rows],
+            proto=self.proto[rows],
+            ethertype=self.ethertype[rows],
+            sport=self.sport[rows],
+            dport=self.dport[rows],
+        )
+
     def port(self, number: int) -> Bool:
         """Rows whose flow has ``number`` as either port."""
         return np.asarray((self.sport == number) | (self.dport == number))

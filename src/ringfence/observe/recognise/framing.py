@@ -10,6 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ringfence.observe.recognise import framing_datagram as dg
+from ringfence.observe.recognise import framing_services as sv
+from ringfence.observe.recognise import framing_storage as sg
 from ringfence.observe.recognise import framing_stream as st
 from ringfence.observe.recognise._bytes import HEAD, I64, N_COLS, Labeller, Packets
 from ringfence.observe.recognise.labels import Label
@@ -34,10 +36,47 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.nat_keepalive,
     dg.esp_in_udp,
     dg.roce,
+    # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,
     st.syslog,
 )
+#: Where :data:`_ORDER` hands over to :data:`_SERVICES` (before the weaker DNS, NTP and syslog tests).
+_SERVICES_AT: Final = _ORDER.index(st.dns)
+# Storage and management protocols: fixed fields and bounded BER walks.
+_SERVICES: Final[tuple[Recogniser, ...]] = (
+    sg.onc_rpc,
+    sg.smb,
+    sg.iscsi,
+    sg.nvme_tcp,
+    sg.ceph,
+    sg.lnet,
+    sv.snmp,
+    sv.rmcp,
+    sv.kerberos,
+    sv.ldap,
+    sv.dhcp,
+    sv.tftp_request,
+    sv.postgres,
+    sv.mysql,
+    sv.mqtt,
+    sv.rdp,
+    sv.kafka,
+    sv.slurm,
+)
+
+
+def _first_byte_table() -> npt.NDArray[np.bool_]:
+    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate)."""
+    table = np.zeros(256, dtype=np.bool_)
+    table[:51] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP), NVMe/TCP, Ceph, RMCP, MQTT
+    # RPC record mark, SNMP/LDAP SEQUENCE, Ceph banner, iSCSI opcodes, Kerberos APPLICATION tags, LNet magics
+    table[[0x80, 0x30, 0x63, 0x43, 0x44, 0x64, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E, 0xAC, 0xED, 0xEE]] = True
+    return table
+
+
+_SERVICE_FIRST: Final = _first_byte_table()
+_KRB_TCP: Final = np.isin(np.arange(256), [0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])
 _GQUIC_TAGS: Final = (b"CHLO", b"REJ\x00", b"SHLO")
 
 
@@ -79,12 +118,52 @@ def _gquic_tags(p: Packets, out: Labeller, n_flows: int) -> None:
         out.assign(idx, np.where(found, Label.GQUIC_HS, 0).astype(np.int64))
 
 
+def _tftp_transfer(p: Packets, out: Labeller) -> None:
+    """TFTP DATA (opcode 3, block, <= 65464 data bytes: RFC 1350, 2348) and ACK (opcode 4, block;
+    exactly 4 bytes) are two fixed bytes each, too little alone; a DATA block that the other side of
+    the same flow ACKs is a transfer (the server answers from a fresh port, so the request is elsewhere)."""
+    c = p.cols
+    udp = out.free & (p.proto == 17) & (c[0] == 0)
+    data = np.flatnonzero(udp & (c[1] == 3) & (p.length >= 4) & (p.length <= 65468))
+    ack = np.flatnonzero(udp & (c[1] == 4) & (p.length == 4))
+    if data.size == 0 or ack.size == 0:
+        return
+    block = (c[2].astype(np.int64) << 8) | c[3]
+    # Key: flow, the direction DATA travels, block number.
+    data_key = (p.flow[data] << 17) | (p.forward[data].astype(np.int64) << 16) | block[data]
+    ack_key = (p.flow[ack] << 17) | ((~p.forward[ack]).astype(np.int64) << 16) | block[ack]
+    both = np.intersect1d(data_key, ack_key)
+    out.assign(data, np.where(np.isin(data_key, both), Label.TFTP_DATA, 0).astype(np.int64))
+    out.assign(ack, np.where(np.isin(ack_key, both), Label.TFTP_ACK, 0).astype(np.int64))
+
+
+def _services(p: Packets, out: Labeller) -> None:
+    """Run :data:`_SERVICES` on the free rows that pass a cheap gate (their first byte, or the fields
+    MySQL's, UDP RPC's and TCP Kerberos' rules start from), gathered once: most traffic is never a candidate."""
+    c = p.cols
+    tcp, udp = p.proto == 6, p.proto == 17
+    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]]))
+    gate |= udp & (c[4] == 0) & (c[5] == 0) & (c[6] == 0)
+    rows = np.flatnonzero(gate & out.free)
+    if rows.size == 0:
+        return
+    sub = Labeller(rows.size)
+    q = p.subset(rows)
+    for recognise in _SERVICES:
+        recognise(q, sub)
+    out.assign(rows, sub.label.astype(np.int64))
+
+
 def label_packets(p: Packets, n_flows: int) -> Framing:
     """Run every recogniser over the packets; see ``docs/verdicts.md`` for what each one checks."""
     out = Labeller(p.m)
-    for recognise in _ORDER:
+    for recognise in _ORDER[:_SERVICES_AT]:
+        recognise(p, out)
+    _services(p, out)
+    for recognise in _ORDER[_SERVICES_AT:]:
         recognise(p, out)
     _gquic_tags(p, out, n_flows)
+    _tftp_transfer(p, out)
     return Framing(label=out.label, body_start=out.body_start, body_stop=out.body_stop)
 
 

@@ -23,6 +23,11 @@ ESP_BODY: Final = 16
 NAT_T_PORT: Final = 4500
 ROCE_PORT: Final = 4791
 _QUIC_V2: Final = 0x6B3343CF
+# WireGuard message sizes (whitepaper §5.4.2-5.4.7): initiation, response, cookie reply; transport header + tag.
+WG_INITIATION: Final = 148
+WG_RESPONSE: Final = 92
+WG_COOKIE_REPLY: Final = 64
+WG_TRANSPORT_MIN: Final = 32
 _IKE2_EXCHANGES: Final = np.array([34, 35, 36, 37, 38, 43, 44])
 _IKE1_EXCHANGES: Final = np.array([1, 2, 3, 4, 5, 6, 32, 33])
 
@@ -133,17 +138,28 @@ def ike(p: Packets, out: Labeller) -> None:
 
 
 def wireguard(p: Packets, out: Labeller) -> None:
-    """WireGuard message: type 1..4, three zero bytes, and the exact size each type has."""
+    """WireGuard message (whitepaper §5.4): type 1..4 and three reserved zero bytes, then per type.
+
+    Handshake initiation, response and cookie reply have one exact size each (148, 92, 64). Transport
+    data is a 16-byte header (type, receiver index, 64-bit little-endian counter) and the AEAD
+    ciphertext with its 16-byte tag, so at least 32 bytes. Its length is *not* always a multiple of
+    16: both implementations (Linux ``calculate_skb_padding``, wireguard-go ``calculatePaddingSize``)
+    pad the plaintext to 16 but never beyond the tunnel MTU, so every full-size packet of a tunnel
+    with the default MTU 1420 is 1452 bytes. What pins a transport message instead is its counter:
+    it restarts at 0 with every session key, and a session lives at most 180 s (REJECT_AFTER_TIME),
+    so it stays below 2^40 (the top three bytes are zero) even at hundreds of Gbit/s.
+    """
     c = p.cols
     cand = (p.proto == _UDP) & ((c[0] - 1) <= 3) & (c[1] == 0) & (c[2] == 0) & (c[3] == 0)
     idx, s, length, _ = _select(p, out, cand)
     kind = s[:, 0]
+    counter_ok = (s[:, 13] == 0) & (s[:, 14] == 0) & (s[:, 15] == 0)
     codes = np.select(
         [
-            (kind == 1) & (length == 148),
-            (kind == 2) & (length == 92),
-            (kind == 3) & (length == 64),
-            (kind == 4) & (length >= 32) & (length % 16 == 0),
+            (kind == 1) & (length == WG_INITIATION),
+            (kind == 2) & (length == WG_RESPONSE),
+            (kind == 3) & (length == WG_COOKIE_REPLY),
+            (kind == 4) & (length >= WG_TRANSPORT_MIN) & counter_ok,
         ],
         [Label.WG_INIT, Label.WG_RESP, Label.WG_COOKIE, Label.WG_DATA],
         0,

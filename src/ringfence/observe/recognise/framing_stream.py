@@ -45,6 +45,10 @@ RFT_BODY: Final = 24
 _RFT_MAX_BODY: Final = (64 << 20) + 16
 #: Size of gloo's TCP preamble: six 64-bit fields (nbytes, opcode, slot, offset, length, roffset).
 GLOO_PREAMBLE: Final = 48
+#: SSH binary packets followed within one segment (the head holds at most a few small ones).
+_SSH_WALK: Final = 4
+#: A NEWKEYS packet with the minimum padding: length 12, padding 10, code 21.
+_SSH_NEWKEYS_SIZE: Final = 16
 _HTTP_METHODS: Final = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 
 
@@ -182,16 +186,52 @@ def _ssh_packet(s: U8, pos: I64, v: I64) -> tuple[Bool, I64, I64]:
 
 
 def ssh_kex(p: Packets, out: Labeller) -> None:
-    """Cleartext SSH binary packets of the key exchange; NEWKEYS (21) ends the cleartext."""
+    """Cleartext SSH binary packets of the key exchange (RFC 4253 §6), every one the segment holds.
+
+    A segment may carry several packets (a server writes its key-exchange reply and NEWKEYS, often
+    EXT_INFO too, in one go), so the walk goes packet by packet by ``packet_length`` while the next
+    header is inside the head, and uses the segment's full length beyond it:
+
+    - NEWKEYS (21) followed by more bytes in the same segment: those bytes are under the new keys
+      (RFC 4253 §7.3: every message after NEWKEYS uses them) and do not parse as a cleartext packet
+      where visible → :attr:`Label.SSH_NEWKEYS_DATA`;
+    - a key-exchange reply (31: KEXDH/ECDH reply, 33: DH group-exchange reply) that ends inside the
+      segment, followed by at least the 16 bytes of a NEWKEYS packet: after its reply a server sends
+      NEWKEYS and nothing else in clear (§7.3; GEX_GROUP, also 31, is followed by nothing: the
+      server waits for GEX_INIT) → :attr:`Label.SSH_NEWKEYS`, inferred from the lengths.
+    """
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[1] == 0) & (c[2] <= 0x88)
-    idx, s, _, v = _select(p, out, cand)
+    idx, s, length, v = _select(p, out, cand)
     if idx.size == 0:
         return
-    ok, code, plen = _ssh_packet(s, np.zeros(idx.size, dtype=np.int64), v)
-    ok2, code2, _ = _ssh_packet(s, plen + 4, v)  # a second packet in the same segment
-    newkeys = ok & ((code == 21) | (ok2 & (code2 == 21)))
-    out.assign(idx, np.select([newkeys, ok], [Label.SSH_NEWKEYS, Label.SSH_KEX], 0).astype(np.int64))
+    k = idx.size
+    ok, code, plen = _ssh_packet(s, np.zeros(k, dtype=np.int64), v)
+    newkeys = ok & (code == 21)
+    last_code = np.where(ok, code, 0)
+    end = np.where(ok, plen + 4, length)  # where the last parsed packet ends
+    walking = ok.copy()
+    for _ in range(_SSH_WALK - 1):
+        walking &= end < length
+        nxt_ok, nxt_code, nxt_plen = _ssh_packet(s, end, v)
+        step = walking & nxt_ok & ~newkeys  # after NEWKEYS nothing is cleartext: stop there
+        newkeys |= step & (nxt_code == 21)
+        last_code = np.where(step, nxt_code, last_code)
+        end = np.where(step, end + 4 + nxt_plen, end)
+        walking &= step
+    follows = ok & (end < length)
+    # Visible bytes after NEWKEYS that parse as another cleartext packet: not evidence of ciphertext.
+    visible_clear = _ssh_packet(s, end, v)[0]
+    data_after = newkeys & follows & ~visible_clear
+    # Only where the bytes after the reply lie beyond the head: visible ones were walked above.
+    reply_then_more = ok & ~newkeys & np.isin(last_code, [31, 33]) & (length - end >= _SSH_NEWKEYS_SIZE)
+    reply_then_more &= end + 6 > v
+    codes = np.select(
+        [data_after, newkeys | reply_then_more, ok],
+        [Label.SSH_NEWKEYS_DATA, Label.SSH_NEWKEYS, Label.SSH_KEX],
+        0,
+    )
+    out.assign(idx, codes.astype(np.int64))
 
 
 def http(p: Packets, out: Labeller) -> None:

@@ -71,6 +71,69 @@ class Label(IntEnum):
     NTP_MAC = 49
     SYSLOG = 50
     RFT_HS = 51  # ringfence transport handshake record (HELLO, AUTH, ALERT: plaintext body)
+    SSH_NEWKEYS_DATA = 52  # NEWKEYS and, in the same segment, bytes under the new keys
+    # ONC RPC (RFC 5531) and NFS; RPCSEC_GSS (RFC 2203) services
+    RPC_CALL_CLEAR = 53  # call with AUTH_NONE / AUTH_SYS / AUTH_SHORT / AUTH_DH: body in clear
+    RPC_GSS_NONE = 54  # RPCSEC_GSS service none (krb5): header authenticated, body in clear
+    RPC_GSS_INTEG = 55  # service integrity (krb5i)
+    RPC_GSS_PRIV = 56  # service privacy (krb5p)
+    RPC_GSS_CTRL = 57  # RPCSEC_GSS context creation / destruction
+    RPC_REPLY_CLEAR = 58  # accepted/denied reply whose verifier is not RPCSEC_GSS
+    RPC_REPLY_GSS = 59
+    # SMB over NetBIOS session service / direct TCP
+    SMB1 = 60
+    SMB2_HS = 61  # NEGOTIATE / SESSION_SETUP
+    SMB2_SIGNED = 62
+    SMB2_PLAIN = 63  # unsigned request/response after session setup
+    SMB2_EXEMPT = 64  # unsigned by the spec: interim responses, oplock-break notifications, CANCEL
+    SMB3_TRANSFORM = 65  # 0xFD 'SMB': encrypted
+    SMB3_COMPRESSED = 66  # 0xFC 'SMB' outside a transform header: compressed, not encrypted
+    # block storage
+    ISCSI_LOGIN = 67
+    ISCSI_TEXT = 68
+    NVME_IC = 69  # NVMe/TCP ICReq / ICResp
+    NVME_PDU = 70
+    # Ceph msgr2, Lustre LNet
+    CEPH_BANNER = 71
+    CEPH_FRAME = 72  # frame preamble in clear (crc mode, or before auth)
+    CEPH_SECURE = 73  # AUTH_DONE selecting con_mode secure
+    CEPH_CRC = 74  # AUTH_DONE selecting con_mode crc
+    LNET = 75
+    # management
+    SNMP_COMMUNITY = 76  # v1 / v2c
+    SNMP3_NOAUTH = 77
+    SNMP3_AUTH = 78
+    SNMP3_PRIV = 79
+    SNMP3_DISCOVERY = 80  # noAuthNoPriv with an empty engine id (RFC 3414 §4)
+    IPMI15_CLEAR = 81  # IPMI 1.5 session, authentication type none / straight password
+    IPMI15_AUTH = 82  # IPMI 1.5 session with MD2 / MD5 / OEM authcode
+    RMCPP_SETUP = 83  # RMCP+ open session / RAKP, or an IPMI 1.5 message outside a session (discovery)
+    RMCPP_PLAIN = 84
+    RMCPP_AUTH = 85  # authenticated, not encrypted
+    RMCPP_ENC = 86
+    ASF = 87  # RMCP ASF presence ping / pong
+    KERBEROS = 88
+    LDAP_SIMPLE_BIND = 89
+    LDAP_SASL_BIND = 90
+    LDAP_STARTTLS = 91
+    LDAP_OP = 92
+    DHCP = 93
+    TFTP_REQ = 94
+    TFTP_DATA = 95  # DATA whose block the other side ACKs in the same flow (framing._tftp_transfer)
+    TFTP_ACK = 96
+    PG_SSLREQ = 97  # SSLRequest / GSSENCRequest
+    PG_STARTUP = 98
+    MYSQL_GREETING = 99
+    MYSQL_SSLREQ = 100
+    MYSQL_LOGIN = 101
+    MQTT_CONNECT = 102
+    RDP_NEG_TLS = 103  # X.224 negotiation requesting / selecting TLS or CredSSP
+    RDP_NEG_STD = 104  # … selecting standard RDP security
+    KAFKA = 105
+    SLURM_MUNGE = 106  # Slurm RPC with a MUNGE credential in the head
+    SLURM = 107
+    RPC_DENIED = 108  # a rejected RPC call (authentication error, version mismatch): no data
+    RPC_NULL = 109  # a NULL-procedure ping (procedure 0): no arguments, no results
 
 
 #: Number of label codes (array dimension for per-flow counts).
@@ -112,9 +175,78 @@ TLS_STRONG: Final = (
 )
 QUIC_LABELS: Final = (Label.QUIC_INITIAL, Label.QUIC_0RTT, Label.QUIC_HANDSHAKE, Label.QUIC_RETRY, Label.QUIC_VN)
 HTTP_LABELS: Final = (Label.HTTP_REQ, Label.HTTP_RESP, Label.HTTP2_PREFACE)
+#: Application messages whose content is in clear by their protocol's own rules: one in a flow of an
+#: encrypting protocol makes it plaintext (the weakest packet wins), like an HTTP line does.
+CLEAR_APP_LABELS: Final = (
+    Label.RPC_CALL_CLEAR,
+    Label.RPC_GSS_NONE,
+    Label.SMB1,
+    Label.SMB2_PLAIN,
+    Label.SNMP_COMMUNITY,
+    Label.SNMP3_NOAUTH,
+    Label.LDAP_SIMPLE_BIND,
+    Label.LDAP_OP,
+    Label.PG_STARTUP,
+    Label.MYSQL_LOGIN,
+    Label.MQTT_CONNECT,
+    Label.KAFKA,
+    Label.ISCSI_LOGIN,
+    Label.ISCSI_TEXT,
+    Label.NVME_IC,
+    Label.NVME_PDU,
+)
+
+
+#: How a cleartext application message is named in a downgraded verdict, and the protocol it names.
+CLEAR_APP_WORDS: Final = {
+    Label.RPC_CALL_CLEAR: "ONC RPC call with AUTH_SYS/AUTH_NONE",
+    Label.RPC_GSS_NONE: "RPCSEC_GSS call with service none",
+    Label.SMB1: "SMB1 message",
+    Label.SMB2_PLAIN: "unsigned SMB2 message",
+    Label.SNMP_COMMUNITY: "SNMPv1/v2c message",
+    Label.SNMP3_NOAUTH: "SNMPv3 noAuthNoPriv message",
+    Label.LDAP_SIMPLE_BIND: "LDAP simple bind",
+    Label.LDAP_OP: "LDAP operation",
+    Label.PG_STARTUP: "PostgreSQL StartupMessage",
+    Label.MYSQL_LOGIN: "MySQL login without TLS",
+    Label.MQTT_CONNECT: "MQTT CONNECT",
+    Label.KAFKA: "Kafka request header",
+    Label.ISCSI_LOGIN: "iSCSI login PDU",
+    Label.ISCSI_TEXT: "iSCSI text PDU",
+    Label.NVME_IC: "NVMe/TCP ICReq/ICResp",
+    Label.NVME_PDU: "NVMe/TCP PDU",
+}
+CLEAR_APP_PROTOCOL: Final = {
+    Label.RPC_CALL_CLEAR: "onc-rpc",
+    Label.RPC_GSS_NONE: "onc-rpc",
+    Label.SMB1: "smb1",
+    Label.SMB2_PLAIN: "smb2",
+    Label.SNMP_COMMUNITY: "snmp",
+    Label.SNMP3_NOAUTH: "snmp",
+    Label.LDAP_SIMPLE_BIND: "ldap",
+    Label.LDAP_OP: "ldap",
+    Label.PG_STARTUP: "postgresql",
+    Label.MYSQL_LOGIN: "mysql",
+    Label.MQTT_CONNECT: "mqtt",
+    Label.KAFKA: "kafka",
+    Label.ISCSI_LOGIN: "iscsi",
+    Label.ISCSI_TEXT: "iscsi",
+    Label.NVME_IC: "nvme-tcp",
+    Label.NVME_PDU: "nvme-tcp",
+}
+#: Cleartext messages that upgrade a connection to TLS, as a TLS verdict names them.
+UPGRADES: Final = {
+    Label.PG_SSLREQ: "PostgreSQL SSLRequest",
+    Label.LDAP_STARTTLS: "LDAP StartTLS",
+    Label.MYSQL_SSLREQ: "MySQL SSLRequest",
+    Label.RDP_NEG_TLS: "RDP X.224 negotiation of TLS/CredSSP",
+}
 
 
 __all__ = [
+    "CLEAR_APP_LABELS",
+    "CLEAR_APP_PROTOCOL",
+    "CLEAR_APP_WORDS",
     "HTTP_LABELS",
     "N_KINDS",
     "N_LABELS",
@@ -123,6 +255,7 @@ __all__ = [
     "TENSOR_KINDS",
     "TLS_LABELS",
     "TLS_STRONG",
+    "UPGRADES",
     "Kind",
     "Label",
 ]

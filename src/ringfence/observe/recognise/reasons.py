@@ -11,11 +11,15 @@ from enum import IntEnum
 from typing import Final
 
 from ringfence.observe.recognise.labels import (
+    CLEAR_APP_LABELS,
+    CLEAR_APP_PROTOCOL,
+    CLEAR_APP_WORDS,
     HTTP_LABELS,
     N_KINDS,
     N_LABELS,
     READABLE_KINDS,
     TENSOR_KINDS,
+    UPGRADES,
     Kind,
     Label,
 )
@@ -33,16 +37,34 @@ PORT_HINTS: Final = {
     22: "SSH",
     53: "DNS",
     80: "HTTP",
+    88: "Kerberos",
     123: "NTP",
+    161: "SNMP",
+    389: "LDAP",
     443: "TLS or QUIC",
+    445: "SMB",
     500: "IKE",
     514: "syslog",
+    623: "IPMI/RMCP",
+    636: "LDAPS",
     853: "DNS over TLS/QUIC",
+    988: "Lustre",
+    1883: "MQTT",
     2049: "NFS",
+    2379: "etcd",
+    3260: "iSCSI",
+    3300: "Ceph",
+    3306: "MySQL",
+    3389: "RDP",
+    4420: "NVMe/TCP",
     4500: "IPsec NAT-T",
     4791: "RoCEv2",
+    5432: "PostgreSQL",
     6443: "Kubernetes API (TLS)",
+    6817: "Slurm",
+    6818: "Slurm",
     8443: "TLS",
+    9092: "Kafka",
     29500: "torch.distributed rendezvous",
     51820: "WireGuard",
 }
@@ -75,15 +97,39 @@ class Family(IntEnum):
     DNS = 15
     NTP = 16
     SYSLOG = 17
-    GENERIC = 18
+    # storage, management and service protocols (worded in :mod:`.reasons_services`)
+    ONC_RPC = 18
+    SMB = 19
+    ISCSI = 20
+    NVME_TCP = 21
+    CEPH = 22
+    LNET = 23
+    SNMP = 24
+    IPMI = 25
+    KERBEROS = 26
+    LDAP = 27
+    DHCP = 28
+    TFTP = 29
+    POSTGRES = 30
+    MYSQL = 31
+    MQTT = 32
+    RDP = 33
+    KAFKA = 34
+    SLURM = 35
+    GENERIC = 36
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).
-FAMILY, PROTO, SPORT, DPORT, SAMPLED, MORE, FWD_FREE, SHORT, UNIFIED, GEN_H, BODY_H, DETAIL = range(12)
-LABELS = 12
+FAMILY, PROTO, SPORT, DPORT, SAMPLED, MORE, FWD_FREE, SHORT, UNIFIED, GEN_H, BODY_H, DETAIL, LATER_B = range(13)
+LABELS = 13
 GENERIC = LABELS + N_LABELS
 BODY = GENERIC + N_KINDS
 WIDTH = BODY + N_KINDS
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 packet``, ``2 packets``."""
+    return _n(count, noun)
 
 
 def _n(count: int, noun: str) -> str:
@@ -106,6 +152,8 @@ class Row:
         "generic",
         "generic_entropy",
         "labels",
+        "later",
+        "later_bytes",
         "more",
         "proto",
         "sampled",
@@ -120,6 +168,8 @@ class Row:
         self.body = row[BODY:WIDTH]
         self.sampled = row[SAMPLED]
         self.more = bool(row[MORE])
+        self.later = row[MORE]  # later (unsampled) payload packets: 0, 1, or 2 meaning "2 or more"
+        self.later_bytes = row[LATER_B]  # their bytes as a power of ten; -1: none
         self.fwd_free = row[FWD_FREE]
         self.short = row[SHORT]
         self.unified = row[UNIFIED]
@@ -149,6 +199,16 @@ class Row:
     def sample_note(self) -> str:
         return f" in the first {self.sampled} payload packets (later ones not sampled)" if self.more else ""
 
+    def later_note(self) -> str:
+        """The unsampled rest of the flow in words, e.g. "the 2+ later payload packets (over 100 kB)"."""
+        count = "the later payload packet" if self.later == 1 else "the 2+ later payload packets"
+        if self.later_bytes < 0:
+            return count
+        size = 10**self.later_bytes
+        unit = next((f"{size // u} {name}" for u, name in ((10**9, "GB"), (10**6, "MB"), (10**3, "kB")) if size >= u),
+                    f"{size} bytes")  # fmt: skip
+        return f"{count} (over {unit})" if self.later_bytes > 0 else f"{count} (under 10 bytes)"
+
     def port_hint(self) -> str:
         ports = [p for p in (self.sport, self.dport) if p in PORT_HINTS]
         hints = sorted({PORT_HINTS[p] for p in ports})
@@ -160,14 +220,18 @@ def _downgrade(r: Row, name: str) -> Verdict | None:
     """Plaintext if a flow of an encrypting protocol also carries readable application data."""
     http = r.c(*HTTP_LABELS)
     tensors, kind = r.tensors()
-    if not http and not tensors:
+    clear = {label: r.c(label) for label in CLEAR_APP_LABELS if r.c(label)}
+    if not http and not tensors and not clear:
         return None
     parts = []
     if http:
         parts.append(f"{_n(http, 'HTTP request/status line')}")
     if tensors and kind is not None:
         parts.append(f"{_n(tensors, 'packet')} of plaintext {_TENSOR_NAMES[kind][7:]} tensor data")
+    parts += [f"{_n(count, CLEAR_APP_WORDS[label])}" for label, count in clear.items()]
     protocol = _TENSOR_NAMES[kind] if kind is not None and not http else "http"
+    if clear and not http and not tensors:
+        protocol = CLEAR_APP_PROTOCOL[next(iter(clear))]
     return PLAIN, protocol, f"{name} framing seen, but the flow also carries {' and '.join(parts)} in clear"
 
 
@@ -195,6 +259,9 @@ def _tls(r: Row) -> Verdict:
         protocol, name, how = "tls", "TLS", " (version not visible in the sampled heads)"
     if (down := _downgrade(r, name)) is not None:
         return down
+    upgrade = [what for label, what in UPGRADES.items() if r.c(label)]
+    if upgrade:
+        how += f", after a cleartext upgrade ({', '.join(upgrade)})"
     hs = [
         ("ClientHello", r.c(Label.TLS_CH)),
         ("ServerHello", sh),
@@ -222,11 +289,20 @@ def _tls(r: Row) -> Verdict:
 
 
 def _ssh(r: Row) -> Verdict:
-    banner, kex, newkeys = r.c(Label.SSH_BANNER), r.c(Label.SSH_KEX), r.c(Label.SSH_NEWKEYS)
+    banner, kex = r.c(Label.SSH_BANNER), r.c(Label.SSH_KEX)
+    newkeys, data_after = r.c(Label.SSH_NEWKEYS), r.c(Label.SSH_NEWKEYS_DATA)
     if (down := _downgrade(r, "SSH")) is not None:
         return down
     parts = [f"banner x{banner}" if banner else "", f"cleartext key-exchange packets x{kex}" if kex else ""]
-    shown = ", ".join(p for p in [*parts, "NEWKEYS" if newkeys else ""] if p)
+    seen_newkeys = f"NEWKEYS x{newkeys + data_after}" if newkeys or data_after else ""
+    shown = ", ".join(p for p in [*parts, seen_newkeys] if p)
+    if data_after:
+        return (
+            ENC,
+            "ssh",
+            f"SSH ({shown}): {_n(data_after, 'segment')} carry bytes after NEWKEYS that are not cleartext SSH "
+            "packets; encrypted after NEWKEYS (RFC 4253 §7.3)",
+        )
     # Before NEWKEYS every client packet is a banner or a cleartext binary packet, so an unrecognised
     # client packet comes after it — unless it is readable text (the tail of a long KEXINIT name-list);
     # server-side continuation segments of a long key-exchange reply prove nothing.
@@ -236,6 +312,15 @@ def _ssh(r: Row) -> Verdict:
             "ssh",
             f"SSH ({shown}), then {_n(r.free, 'binary packet')} that are not cleartext SSH packets; "
             "encrypted after NEWKEYS",
+        )
+    # The reader samples a flow's first payload packets, so everything it did not sample came later —
+    # after NEWKEYS. Of those, only the other side's NEWKEYS (one packet) can still be in clear.
+    if newkeys and (r.later >= 2 or (newkeys >= 2 and r.later)):
+        return (
+            ENC,
+            "ssh",
+            f"SSH ({shown}) in the first {r.sampled} payload packets; {r.later_note()} follow NEWKEYS, "
+            "so RFC 4253 §7.3 encrypts them (not sampled)",
         )
     return HANDSHAKE, "ssh", f"SSH handshake only ({shown}); no packet after NEWKEYS{r.sample_note()}"
 
@@ -251,8 +336,8 @@ def _wireguard(r: Row) -> Verdict:
             ENC,
             "wireguard",
             (
-                f"WireGuard: {lead}{_n(data, 'transport data message')} (type 4, length a multiple of 16); "
-                "ciphertext (ChaCha20-Poly1305)"
+                f"WireGuard: {lead}{_n(data, 'transport data message')} "
+                "(type 4: receiver index, session counter, AEAD tag); ciphertext (ChaCha20-Poly1305)"
             ),
         )
     return HANDSHAKE, "wireguard", f"WireGuard: only handshake messages ({hs}); no transport data{r.sample_note()}"
@@ -431,32 +516,6 @@ def _gloo(r: Row) -> Verdict:
     return UNKNOWN, "gloo", f"{lead}; only control messages, no tensor data sampled"
 
 
-def _http(r: Row) -> Verdict:
-    protocol = "http2" if r.c(Label.HTTP2_PREFACE) else "http"
-    line = f": {r.detail!r}" if r.detail else ""
-    what = "HTTP/2 cleartext preface" if protocol == "http2" else "HTTP/1.x request/status line"
-    return PLAIN, protocol, f"{_n(r.c(*HTTP_LABELS), what)} in clear{line}"
-
-
-def _dns(r: Row) -> Verdict:
-    return PLAIN, "dns", f"DNS: header and question name parse in {_n(r.c(Label.DNS), 'packet')}; DNS is unencrypted"
-
-
-def _ntp(r: Row) -> Verdict:
-    plain, mac = r.c(Label.NTP), r.c(Label.NTP_MAC)
-    note = f" ({mac} carry a MAC: authenticated, still readable)" if mac else ""
-    return PLAIN, "ntp", f"NTP: {_n(plain + mac, 'packet')} with a valid NTPv1-4 header{note}; NTP is unencrypted"
-
-
-def _syslog(r: Row) -> Verdict:
-    return PLAIN, "syslog", f"syslog: {_n(r.c(Label.SYSLOG), 'message')} starting <PRI> followed by text, in clear"
-
-
-def _icmp(r: Row) -> Verdict:
-    name = "icmpv6" if r.proto == 58 else "icmp"
-    return PLAIN, name, f"{name.upper()}: {_n(r.sampled, 'message')} in clear; ICMP has no encryption of its own"
-
-
 def _generic(r: Row) -> Verdict:
     g = r.generic
     analysed = sum(g)
@@ -494,11 +553,11 @@ def _no_payload(r: Row) -> Verdict:
     return UNKNOWN, None, "no payload observed"
 
 
+#: Handlers of the families worded here; :mod:`.verdict` joins them with :mod:`.reasons_services`' ones.
 HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.NO_PAYLOAD: _no_payload,
     Family.MACSEC: _macsec,
     Family.ESP: _esp,
-    Family.ICMP: _icmp,
     Family.RFT: _rft,
     Family.TLS: _tls,
     Family.SSH: _ssh,
@@ -509,16 +568,17 @@ HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.IKE: _ike,
     Family.ROCE: _roce,
     Family.GLOO: _gloo,
-    Family.HTTP: _http,
-    Family.DNS: _dns,
-    Family.NTP: _ntp,
-    Family.SYSLOG: _syslog,
     Family.GENERIC: _generic,
 }
 
 
 __all__ = [
     "BODY",
+    "ENC",
+    "HANDSHAKE",
+    "INTEG",
+    "PLAIN",
+    "UNKNOWN",
     "BODY_H",
     "DETAIL",
     "DPORT",
@@ -528,6 +588,7 @@ __all__ = [
     "GEN_H",
     "HANDLERS",
     "LABELS",
+    "LATER_B",
     "MORE",
     "PORT_HINTS",
     "PROTO",
@@ -539,4 +600,5 @@ __all__ = [
     "Family",
     "Row",
     "Verdict",
+    "plural",
 ]

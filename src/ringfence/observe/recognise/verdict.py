@@ -9,6 +9,7 @@ plaintext; readable application data anywhere in a flow makes it plaintext (the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -16,8 +17,20 @@ import numpy.typing as npt
 from ringfence.observe.recognise import reasons as rs
 from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
+from ringfence.observe.recognise.reasons_services import SERVICE_HANDLERS
 
 I64 = npt.NDArray[np.int64]
+SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
+#: Every family's handler, in one explicit registry.
+HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS}
+_RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL)
+_SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
+_CEPH = (Label.CEPH_BANNER, Label.CEPH_FRAME, Label.CEPH_SECURE, Label.CEPH_CRC)
+_SNMP = tuple(Label(i) for i in range(Label.SNMP_COMMUNITY, Label.SNMP3_DISCOVERY + 1))
+_IPMI = tuple(Label(i) for i in range(Label.IPMI15_CLEAR, Label.ASF + 1))
+_LDAP = (Label.LDAP_SIMPLE_BIND, Label.LDAP_SASL_BIND, Label.LDAP_STARTTLS, Label.LDAP_OP)
+_MYSQL = (Label.MYSQL_GREETING, Label.MYSQL_SSLREQ, Label.MYSQL_LOGIN)
+_RDP = (Label.RDP_NEG_TLS, Label.RDP_NEG_STD)
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,7 @@ class FlowFacts:
     dport: npt.NDArray[np.int32]
     payload_packets: I64
     sampled: I64  # sampled packets per flow
+    later_bytes: I64  # payload bytes of the flow after (not in) its sampled packets
     labels: I64  # (N_LABELS, n): packets per label and flow
     free_forward: I64  # unlabelled packets initiator → responder
     short_form: I64  # unlabelled UDP packets with the QUIC short-header form bits (0b01xxxxxx)
@@ -61,7 +75,7 @@ def families(f: FlowFacts) -> I64:
         # A bare record header (application_data, alert, other handshake) is 3 bytes of evidence: random data
         # matches one in ~10^6 packets, so one alone does not make a TLS flow; two, or a hello, do.
         (Family.TLS, (f.count(*TLS_STRONG) > 0) | (f.count(*TLS_LABELS) >= 2)),
-        (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(Label.SSH_KEX, Label.SSH_NEWKEYS) >= 2)),
+        (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(*SSH_BINARY) >= 2)),
         (Family.WIREGUARD, f.count(Label.WG_INIT, Label.WG_RESP, Label.WG_COOKIE, Label.WG_DATA) > 0),
         (Family.QUIC, f.count(*QUIC_LABELS) > 0),
         (Family.GQUIC, f.count(Label.GQUIC_HS) > 0),
@@ -69,6 +83,26 @@ def families(f: FlowFacts) -> I64:
         (Family.IKE, f.count(Label.IKE1, Label.IKE2, Label.NAT_KEEPALIVE) > 0),
         (Family.ROCE, f.count(Label.ROCE_DATA, Label.ROCE_CTRL) > 0),
         (Family.GLOO, f.count(Label.GLOO_CTRL, Label.GLOO_DATA) > 0),
+        (Family.ONC_RPC, f.count(*_RPC) > 0),
+        (Family.SMB, f.count(*_SMB) > 0),
+        (Family.ISCSI, f.count(Label.ISCSI_LOGIN, Label.ISCSI_TEXT) > 0),
+        # A bare capsule/data PDU is ~4 bytes of evidence: ICReq/ICResp, or two PDUs, make the flow.
+        (Family.NVME_TCP, (f.count(Label.NVME_IC) > 0) | (f.count(Label.NVME_PDU) >= 2)),
+        (Family.CEPH, f.count(*_CEPH) > 0),
+        (Family.LNET, f.count(Label.LNET) > 0),
+        (Family.SNMP, f.count(*_SNMP) > 0),
+        (Family.IPMI, f.count(*_IPMI) > 0),
+        (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
+        (Family.LDAP, f.count(*_LDAP) > 0),
+        (Family.DHCP, f.count(Label.DHCP) > 0),
+        (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
+        (Family.POSTGRES, f.count(Label.PG_SSLREQ, Label.PG_STARTUP) > 0),
+        (Family.MYSQL, f.count(*_MYSQL) > 0),
+        (Family.MQTT, f.count(Label.MQTT_CONNECT) > 0),
+        (Family.RDP, f.count(*_RDP) > 0),
+        (Family.KAFKA, f.count(Label.KAFKA) > 0),
+        # The Slurm header alone is a version byte, a message-type range and lengths: MUNGE or two headers.
+        (Family.SLURM, (f.count(Label.SLURM_MUNGE) > 0) | (f.count(Label.SLURM) >= 2)),
         (Family.HTTP, f.count(*HTTP_LABELS) > 0),
         (Family.DNS, f.count(Label.DNS) > 0),
         (Family.NTP, f.count(Label.NTP, Label.NTP_MAC) > 0),
@@ -99,7 +133,9 @@ def _signatures(f: FlowFacts, family: I64) -> tuple[npt.NDArray[np.int32], list[
     sig[rs.SPORT] = np.where(generic & np.isin(f.sport, hinted), f.sport, 0)
     sig[rs.DPORT] = np.where(generic & np.isin(f.dport, hinted), f.dport, 0)
     sig[rs.SAMPLED] = f.sampled
-    sig[rs.MORE] = f.payload_packets > f.sampled
+    # 0, 1 or "2 or more" later packets; their bytes as a power of ten (reasons say "over 100 kB").
+    sig[rs.MORE] = np.clip(f.payload_packets - f.sampled, 0, 2)
+    sig[rs.LATER_B] = np.where(f.later_bytes > 0, np.floor(np.log10(np.maximum(f.later_bytes, 1))), -1)
     sig[rs.FWD_FREE] = f.free_forward
     sig[rs.SHORT] = f.short_form
     sig[rs.UNIFIED] = f.unified_form
@@ -151,7 +187,7 @@ def decide(f: FlowFacts) -> tuple[list[str], list[str | None], list[str]]:
     family = families(f)
     sig, texts = _signatures(f, family)
     first, inverse = _groups(sig)
-    verdicts = [rs.HANDLERS[Family(row[rs.FAMILY])](rs.Row(row, texts)) for row in sig[:, first].T.tolist()]
+    verdicts = [HANDLERS[Family(row[rs.FAMILY])](rs.Row(row, texts)) for row in sig[:, first].T.tolist()]
     table = np.empty((len(verdicts), 3), dtype=object)
     table[:] = verdicts
     out = table[inverse]
