@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ringfence.lab import Lab
 
 LATENCY_MAX = 64 << 10
-PLUGIN = "ringfence.secure.transport:register_backend"
+PLUGIN = "ringfence.secure.transport:register"
 ARMS = ("gloo", "ringfence", "wireguard")
 TARGETS = {4 << 20: "≥ 90 %", 64 << 20: "≥ 95 %"}  # ringfence vs gloo, 2 ranks (issue 7)
 

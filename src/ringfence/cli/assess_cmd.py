@@ -6,18 +6,25 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
-from ringfence.assess import DEFAULT_FORMATS, assess
-from ringfence.controls.interface import Facts
+from ringfence.cli._lazy import OneOf
 from ringfence.errors import InputError
-from ringfence.evidence.report import RENDERERS, exit_code
-from ringfence.evidence.report.terminal import print_summary
+
+if TYPE_CHECKING:
+    from ringfence.controls.interface import Facts
+
+# The assessment (DuckDB, pyarrow, the controls) is imported inside _run, never while the parser is
+# built: `ringfence --version` and `ringfence assess --help` must start in a fraction of a second.
 
 
 def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ringfence.assess import DEFAULT_FORMATS, assess
+    from ringfence.evidence.report import exit_code
+    from ringfence.evidence.report.terminal import print_summary
+
     err = Console(stderr=True)
     output = Path(args.output)
     store = Path(args.store) if args.store else output / "evidence"
@@ -59,6 +66,7 @@ def load_key_facts(path: str) -> dict[str, Any]:
 
 def _gathered_facts(args: argparse.Namespace) -> Facts:
     """Facts gathered by other verbs (probe, apply, contain, verify) and passed in as files."""
+    from ringfence.controls.interface import Facts
     from ringfence.enforce.facts import (
         load_change_facts,
         load_containment_facts,
@@ -84,8 +92,9 @@ def register(sub: Any) -> None:
                    help="pcap/pcapng captures or flow logs (Zeek, Hubble, VPC, NetFlow); format detected by content")
     p.add_argument("-o", "--output", default="out", help="directory for the reports (default: out)")
     p.add_argument("--store", help="evidence store directory (default: OUTPUT/evidence)")
-    p.add_argument("--format", action="append", choices=sorted(set(RENDERERS) - {"terminal"}),
-                   help="report format to write (repeatable; default: json, html, junit)")
+    p.add_argument("--format", action="append", metavar="FORMAT",
+                   type=OneOf("ringfence.evidence.report", "RENDERERS", exclude=frozenset({"terminal"})),
+                   help="report format to write (repeatable; default: json, html, junit; a wrong one lists them)")
     p.add_argument("--probes", action="append", metavar="FILE", help="probe results from `ringfence probe -o`")
     p.add_argument("--ruleset", metavar="FILE", help="live ruleset facts from `ringfence probe --ruleset`")
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")

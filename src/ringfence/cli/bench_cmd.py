@@ -6,20 +6,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.atomic import write_atomic
-from ringfence.bench.compare import GateBudget, GateVerdict, compare_runs, human_size
-from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, Progress, parse_size, parse_sizes, run_allreduce
-from ringfence.bench.nccl_tests import import_nccl_tests
-from ringfence.bench.placement import lab_ranks, local_ranks, split_interfaces
-from ringfence.bench.plot import svg_chart
-from ringfence.bench.run import BenchRun, RunFileError, load_run, run_to_dict, save_run
 from ringfence.errors import InputError
-from ringfence.policy import load_policy
+
+if TYPE_CHECKING:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import Progress
+    from ringfence.bench.run import BenchRun
 
 
 def _progress_printer() -> Any:
+    from ringfence.bench.compare import human_size
+
     def show(p: Progress) -> None:
         r = p.result
         print(f"repeat {p.repeat + 1}/{p.repeats}  [{p.done}/{p.total}]  {human_size(r.size):>8}  "
@@ -28,6 +27,8 @@ def _progress_printer() -> Any:
 
 
 def _table(run: BenchRun) -> str:
+    from ringfence.bench.compare import human_size
+
     c = run.config
     lines = [f"{c.tool} {c.collective} {c.dtype} n={c.world_size} on {','.join(c.nodes)}  "
              f"{c.backend}/{c.layer}  {len(run.repeats)} repeat(s)  {run.config_hash[:19]}…",
@@ -45,6 +46,8 @@ def _table(run: BenchRun) -> str:
 
 
 def _emit_run(run: BenchRun, output: str | None) -> None:
+    from ringfence.bench.run import run_to_dict, save_run
+
     if output:
         save_run(run, output)
         print(f"wrote {output}", file=sys.stderr)
@@ -53,6 +56,11 @@ def _emit_run(run: BenchRun, output: str | None) -> None:
 
 
 def _allreduce(args: argparse.Namespace) -> int:
+    from ringfence.bench.compare import human_size
+    from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, parse_sizes, run_allreduce
+    from ringfence.bench.placement import lab_ranks, local_ranks, split_interfaces
+    from ringfence.bench.run import load_run
+
     nodes = [n for n in args.nodes.split(",") if n]
     if len(nodes) < 2 or len(set(nodes)) != len(nodes):
         raise InputError("--nodes", "name at least two distinct nodes (one rank each)")
@@ -81,6 +89,8 @@ def _allreduce(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from ringfence.bench.nccl_tests import import_nccl_tests
+
     report = import_nccl_tests(args.file)
     run = report.to_run(args.placement, layer=args.layer, backend=args.backend)
     print(_table(run), file=sys.stderr)
@@ -92,6 +102,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _load_any(path: str, placement: str) -> BenchRun:
     """A ringfence run file, or nccl-tests output (text or -J) imported on the fly."""
+    from ringfence.bench.nccl_tests import import_nccl_tests
+    from ringfence.bench.run import RunFileError, load_run
+
     try:
         head = Path(path).read_text(encoding="utf-8", errors="replace")[:4096]
     except OSError as exc:
@@ -102,6 +115,10 @@ def _load_any(path: str, placement: str) -> BenchRun:
 
 
 def _budget(args: argparse.Namespace) -> GateBudget:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import parse_size
+    from ringfence.policy import load_policy
+
     base = GateBudget.from_policy(load_policy(args.policy).budget) if args.policy else GateBudget()
     over: dict[str, Any] = {}
     if args.busbw_loss is not None:
@@ -123,6 +140,10 @@ def _budget(args: argparse.Namespace) -> GateBudget:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from ringfence.atomic import write_atomic
+    from ringfence.bench.compare import GateVerdict, compare_runs
+    from ringfence.bench.plot import svg_chart
+
     baseline = _load_any(args.baseline, args.placement)
     candidate = _load_any(args.candidate, args.placement)
     result = compare_runs(baseline, candidate, _budget(args))

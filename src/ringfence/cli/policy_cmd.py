@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from ringfence.policy import load_policy, policy_schema
-
 
 def _schema(args: argparse.Namespace) -> int:
+    from ringfence.policy import policy_schema
+
     text = policy_schema()
     if args.output:
         from ringfence.atomic import write_atomic
@@ -21,6 +21,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ringfence.policy import load_policy
+
     policy = load_policy(args.policy)
     print(
         f"{args.policy}: ok — {len(policy.zones)} zones, {len(policy.nodes)} nodes, {len(policy.jobs)} jobs, "
