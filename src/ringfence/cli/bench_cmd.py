@@ -58,7 +58,7 @@ def _emit_run(run: BenchRun, output: str | None) -> None:
 def _allreduce(args: argparse.Namespace) -> int:
     from ringfence.bench.compare import human_size
     from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, parse_sizes, run_allreduce
-    from ringfence.bench.placement import lab_ranks, local_ranks, split_interfaces
+    from ringfence.bench.placement import local_ranks, site_ranks, split_interfaces
     from ringfence.bench.run import load_run
 
     nodes = [n for n in args.nodes.split(",") if n]
@@ -71,7 +71,16 @@ def _allreduce(args: argparse.Namespace) -> int:
     ifaces = split_interfaces(args.iface, nodes)
     if args.target == "local":
         ranks = local_ranks(nodes, ifaces)
+    elif args.target == "ssh":
+        # ranks launched over SSH on the inventory's hosts, exactly as on the lab's namespaces
+        if not args.hosts:
+            raise InputError("--hosts", "--target ssh needs the hosts inventory (ringfence lab hosts -o hosts.yaml)")
+        from ringfence.targets.hosts import load_hosts, ssh_site
+
+        ranks = site_ranks(ssh_site(load_hosts(args.hosts)), nodes, ifaces)
     else:
+        from ringfence.lab.points import lab_ranks
+
         ranks = lab_ranks(nodes, interfaces=ifaces, lab_name=args.lab)
     spec = BenchSpec(sizes=sizes, dtype=args.dtype, backend=args.backend, warmup=args.warmup, iterations=args.iters,
                      repeats=args.repeats, layer=args.layer, device=args.device, plugins=tuple(args.plugin),
@@ -173,7 +182,9 @@ def register(sub: Any) -> None:
     bsub = p.add_subparsers(dest="bench_cmd", required=True, metavar="CMD")
 
     a = bsub.add_parser("allreduce", help="run a torch.distributed all-reduce size sweep across nodes")
-    a.add_argument("--target", choices=("local", "lab"), default="local", help="where ranks run (default: loopback)")
+    a.add_argument("--target", choices=("local", "lab", "ssh"), default="local",
+                   help="where ranks run (default: loopback)")
+    a.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     a.add_argument("--nodes", default="rank0,rank1", help="comma-separated nodes, one rank each (rank 0 first)")
     a.add_argument("--sizes", help="1M..256M (doubling), 1M..64M:4, or 1M,4M,64M (default 1M..256M)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16", "int32"))

@@ -92,7 +92,8 @@ def _budget_cmd(args: argparse.Namespace) -> int:
 
 def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
     from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec
-    from ringfence.bench.placement import lab_ranks, local_ranks
+    from ringfence.bench.placement import local_ranks
+    from ringfence.lab.points import lab_ranks
     from ringfence.rollout.layers import AllReduceBenchmarker
 
     b = ro.state.bench
