@@ -45,19 +45,26 @@ def site_for(args: argparse.Namespace) -> tuple[Site, Policy]:
     raise InputError("--target", f"{args.target!r}: this verb acts on a lab or on SSH hosts")
 
 
-def _ssh_site(args: argparse.Namespace) -> Site:
+def _ssh_site(args: argparse.Namespace, *, precheck: bool = True) -> Site:
     if not args.hosts:
         raise InputError("--hosts", "--target ssh needs the hosts inventory (ringfence lab hosts -o hosts.yaml)")
+    from ringfence.targets.fanout import require_reachable
     from ringfence.targets.hosts import load_hosts, ssh_site
 
-    return ssh_site(load_hosts(args.hosts))
+    site = ssh_site(load_hosts(args.hosts))
+    if precheck:
+        # an action must not start on a site with a host down: it would be left half applied
+        require_reachable(site, fanout=site.fanout, timeout=min(30.0, site.timeout))
+    return site
 
 
-def points_for(args: argparse.Namespace) -> tuple[str, dict[str, Executor], dict[str, tuple[str, ...]]]:
+def points_for(args: argparse.Namespace, *, precheck: bool = True
+               ) -> tuple[str, dict[str, Executor], dict[str, tuple[str, ...]]]:
     """(target label, point → executor, node → addresses) for ``apply`` and ``probe``.
 
     The lab's points are its fabric and node namespaces; an SSH inventory's are its hosts (a host
-    named ``fabric`` is the fabric point, as in the lab).
+    named ``fabric`` is the fabric point, as in the lab). ``precheck``: refuse when a host is
+    unreachable (a change); without it (gathering facts) such a host's facts come back unknown.
     """
     if args.target == "lab":
         from ringfence.lab import Lab
@@ -66,7 +73,7 @@ def points_for(args: argparse.Namespace) -> tuple[str, dict[str, Executor], dict
         lab = Lab.attach(args.name)
         return f"lab:{lab.name}", lab_points(lab), lab_inventory(lab)
     if args.target == "ssh":
-        site = _ssh_site(args)
+        site = _ssh_site(args, precheck=precheck)
         points = {n: site.executor(n) for n in sorted(site.hosts)}
         return f"ssh:{site.name}", points, {n: (site.address(n),) for n in sorted(site.hosts)}
     raise InputError("--target", f"unknown target {args.target!r}", hint="lab or ssh (with --hosts)")

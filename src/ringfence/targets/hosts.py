@@ -126,7 +126,7 @@ def ssh_site(inventory: Inventory) -> Site:
         ex = SshExecutor(h.ssh or h.address, user=h.user, key=Path(h.key), known_hosts=Path(h.known_hosts),
                          port=h.port, name=name, prefix=h.client_prefix, connect_timeout=h.connect_timeout)
         hosts[name] = Host(name, h.address, ex, python=h.python, env=dict(h.env), interface=h.interface)
-    return Site(inventory.site or "ssh", "ssh", hosts)
+    return Site(inventory.site or "ssh", "ssh", hosts, fanout=inventory.fanout, timeout=inventory.timeout)
 
 
 def dump_hosts(inventory: Mapping[str, Any]) -> str:

@@ -110,6 +110,8 @@ class Site:
     name: str
     kind: str
     hosts: Mapping[str, Host]
+    fanout: int = 8  # hosts contacted at once by a fan-out
+    timeout: float = 60.0  # seconds one host may take for one fan-out command
 
     def host(self, node: str) -> Host:
         """The host ``node``; :class:`TargetError` naming the site when it has no such node."""
