@@ -100,7 +100,7 @@ class TlsNode:
 
 @dataclass(frozen=True)
 class TlsEnabled:
-    """What :func:`enable_lab_tls` did."""
+    """What :func:`enable_tls` did."""
 
     classes: tuple[str, ...]
     services: tuple[str, ...]

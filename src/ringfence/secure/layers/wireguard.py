@@ -87,7 +87,7 @@ class WgPeerState:
 
 @dataclass(frozen=True)
 class WgEnabled:
-    """What :func:`enable_lab_wireguard` did: the nodes and their public keys."""
+    """What :func:`enable_wireguard` did: the nodes and their public keys."""
 
     nodes: tuple[str, ...]
     interface: str
