@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ringfence.lab import Lab
 
 LATENCY_MAX = 64 << 10
-PLUGIN = "ringfence.secure.transport:register_backend"
+PLUGIN = "ringfence.secure.transport:register"
 ARMS = ("gloo", "ringfence", "wireguard")
 TARGETS = {4 << 20: "≥ 90 %", 64 << 20: "≥ 95 %"}  # ringfence vs gloo, 2 ranks (issue 7)
 
@@ -54,7 +54,7 @@ def _pki(world: int, root: Path) -> str:
 def _ranks(lab_name: str | None, world: int) -> list[RankSpec]:
     if lab_name is None:
         return local_ranks([f"rank-{r}" for r in range(world)])
-    from ringfence.bench.placement import lab_ranks
+    from ringfence.lab.points import lab_ranks
 
     return lab_ranks([f"worker-{r}" for r in range(world)], lab_name=lab_name)
 
@@ -68,13 +68,13 @@ def _over_wireguard(lab: Lab, ranks: list[RankSpec], spec: BenchSpec) -> tuple[B
     from ringfence.secure.layers import wireguard
 
     nodes = [r.node for r in ranks]
-    wireguard.enable_lab_wireguard(lab, nodes, strict=True)
+    wireguard.enable_wireguard(lab.site(), nodes, strict=True)
     try:
         run = run_allreduce(ranks, spec)
-        sent = sum(p.tx_bytes for n in nodes for p in wireguard.node_handle(lab, n).peers())
-        drops = sum(sum(wireguard.strict_counters(lab, n).values()) for n in nodes)
+        sent = sum(p.tx_bytes for n in nodes for p in wireguard.node_handle(lab.site(), n).peers())
+        drops = sum(sum(wireguard.strict_counters(lab.site(), n).values()) for n in nodes)
     finally:
-        wireguard.disable_lab_wireguard(lab)
+        wireguard.disable_wireguard(lab.site())
     # Every iteration moves at least the largest message out of some rank; less through the tunnel means
     # gloo went around it and the arm would be measuring plaintext.
     floor = max(spec.sizes) * (spec.iterations + spec.warmup)
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _forget_layers(lab: Lab) -> None:
     """Drop the layer state this run left for its own lab (the wireguard arm disabled its processes)."""
-    from ringfence.secure.layers._state import StateStore
     from ringfence.secure.layers.interface import LayerError
+    from ringfence.secure.layers.runtime import StateStore
 
     try:
         StateStore(lab.name).forget()

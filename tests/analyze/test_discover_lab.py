@@ -116,8 +116,8 @@ def _workers(lab: Lab) -> dict[str, tuple[int, int]]:
 def test_enforced_proposal_keeps_training_through_a_restart(lab: Lab, approved_by_hand: Policy,
                                                             tmp_path: Path) -> None:
     from ringfence.enforce.apply import apply_policy, rollback
-    from ringfence.enforce.lab_points import lab_inventory, lab_points
     from ringfence.evidence import EvidenceStore
+    from ringfence.lab.points import lab_inventory, lab_points
 
     points = lab_points(lab)
     store = EvidenceStore.open(tmp_path / "evidence")

@@ -14,12 +14,12 @@ from ringfence.controls.interface import Facts, Verdict
 from ringfence.enforce.apply import apply_policy, rollback
 from ringfence.enforce.contain import ContainError, resolve_subject
 from ringfence.enforce.facts import load_containment_facts
-from ringfence.enforce.lab_points import lab_inventory, lab_points
 from ringfence.enforce.probe import tcp_probe
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
+from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.policy import parse_policy
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]

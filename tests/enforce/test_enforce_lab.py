@@ -10,10 +10,10 @@ import pytest
 
 from ringfence.enforce import UnsafePolicy
 from ringfence.enforce.apply import FABRIC, apply_policy, live_rulesets, rollback
-from ringfence.enforce.lab_points import lab_inventory, lab_points
 from ringfence.enforce.probe import denied_packets, tcp_probe
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
+from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.policy import parse_policy
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]

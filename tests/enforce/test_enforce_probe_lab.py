@@ -14,12 +14,12 @@ from ringfence.controls import admin_paths, training_traffic
 from ringfence.controls.interface import Facts, Verdict
 from ringfence.enforce.apply import FABRIC, apply_policy, rollback
 from ringfence.enforce.facts import load_change_facts, load_probe_facts, load_ruleset_facts
-from ringfence.enforce.lab_points import lab_inventory, lab_points
 from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, probe_policy, run_probes
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
+from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.policy import Policy, parse_policy
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]

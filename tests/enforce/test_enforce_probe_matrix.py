@@ -19,7 +19,7 @@ from ringfence.evidence import EvidenceStore
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
-from ringfence.targets.interface import RunResult
+from ringfence.targets.interface import RunResult, TargetError
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +144,31 @@ def test_probe_facts_round_trip_and_bad_files(tmp_path: Path) -> None:
     write_json(tmp_path / "other.json", {"format": "ringfence-ruleset/1"})
     with pytest.raises(FactsFileError, match="expected 'ringfence-probes/1'"):
         load_probe_facts(tmp_path / "other.json")
+
+
+class DownHost(FakeHost):
+    """A host whose executor cannot reach it at all (an SSH host that stopped answering)."""
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        raise TargetError(f"{self.name}: ssh to root@{self.name} failed (probe): Connection refused")
+
+
+def test_an_unreachable_source_keeps_its_probes_named_and_unproven(two_jobs: Policy, tmp_path: Path) -> None:
+    user = FakeHost("user", {("10.77.3.10", 8000): "connected"})
+    down = DownHost("worker-1")
+    mgmt = FakeHost("mgmt", listening=frozenset({22, 8000}))
+    plan = ProbePlan((
+        ProbeSpec("user", "mgmt", "10.77.3.10", 8000, "allow", "http", "user-submit"),
+        ProbeSpec("worker-1", "mgmt", "10.77.3.10", 8000, "allow", "http", "report"),
+        ProbeSpec("worker-1", "mgmt", "10.77.3.10", 22, "deny"),
+    ))
+    store = EvidenceStore.open(tmp_path / "ev")
+    run = run_probes(two_jobs, plan, {"user": user, "worker-1": down, "mgmt": mgmt, "fabric": FakeHost("fabric")},
+                     store, target="fake")
+    ok, allow_down, deny_down = run.results
+    assert ok.outcome == "connected"
+    assert allow_down.outcome == deny_down.outcome == "unreachable"
+    assert "worker-1 unreachable" in allow_down.detail and deny_down.by_policy is not True
+    assert judge_probe(admin_meta, deny_down).verdict is Verdict.UNKNOWN  # never a pass
+    assert len(store.get(run.evidence).data["probes"]) == 3  # nothing silently skipped

@@ -29,10 +29,11 @@ from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
+from ringfence.lab.rollout import LabBenchmarker, WireguardLabLayer, lab_actions
 from ringfence.rollout import NoopLayer, Rollout, RolloutRefused, StepStatus, StepTools, load_layer
-from ringfence.rollout.lab_actions import LabActions, LabBenchmarker, WireguardLabLayer, lab_actions
+from ringfence.rollout.site_actions import StepActions
 from ringfence.secure.layers import tls, wireguard
-from ringfence.secure.layers._state import StateStore
+from ringfence.secure.layers.runtime import StateStore
 
 MiB = 1 << 20
 PAIR = ("worker-0", "worker-1")
@@ -46,7 +47,7 @@ class Bed:
     work: Path
     evidence_dir: Path
     evidence: EvidenceStore
-    actions: LabActions
+    actions: StepActions
     bench: LabBenchmarker
     budget: GateBudget
 
@@ -64,14 +65,14 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     try:
         with lab:  # down() on leaving, after the layers' own clean-up below
             try:
-                budget = GateBudget.from_policy(tls.lab_policy(lab).budget)  # 5 % busbw, 25 % p99, 3 repeats
+                budget = GateBudget.from_policy(lab.policy().budget)  # 5 % busbw, 25 % p99, 3 repeats
                 yield Bed(lab, work, evidence_dir, store, lab_actions(lab, evidence=store),
                           LabBenchmarker(SPEC, lab), budget)
             finally:
                 try:
-                    wireguard.disable_lab_wireguard(lab)
+                    wireguard.disable_wireguard(lab.site())
                 finally:
-                    tls.disable_lab_tls(lab)
+                    tls.disable_tls(lab.site())
     finally:
         StateStore(lab.name).forget()
 
@@ -125,7 +126,7 @@ def test_the_lab_parts_load_lazily_for_the_cli(tmp_path: Path, capsys: pytest.Ca
                  "--sizes", "1M,4M", "--busbw-loss", "5"]) == 0
     capsys.readouterr()
     assert main(["rollout", "advance", *common, "--step", "3", "--actions",
-                 "ringfence.rollout.lab_actions:lab_actions"]) == 2
+                 "ringfence.lab.rollout:lab_actions"]) == 2
     assert "steps run in order: step 1" in capsys.readouterr().err
 
 

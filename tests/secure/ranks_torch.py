@@ -17,7 +17,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-import ringfence.secure.transport  # noqa: F401 - registers the "ringfence" backend
+from ringfence.secure import transport
+
+# Registration is an explicit call: importing ringfence registers nothing.
+transport.register()
 
 DTYPES = [
     torch.float32,

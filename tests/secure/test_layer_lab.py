@@ -18,9 +18,9 @@ from ringfence.errors import EnvironmentProblem
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.policy import Policy
-from ringfence.secure import _verify_lab, verify
+from ringfence.secure import drills, verify
 from ringfence.secure.layers import tls, wireguard
-from ringfence.secure.layers._state import StateStore
+from ringfence.secure.layers.runtime import StateStore
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -49,19 +49,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     work = tmp_path_factory.mktemp("encrypt-lab")
     lab = Lab.up(workers=2, jobs=1)
     try:
-        policy = tls.lab_policy(lab)
+        policy = lab.policy()
         policy_path = work / "policy.yaml"
         policy_path.write_text(lab.policy_yaml())
-        before = _verify_lab.capture_flows(lab, 3, work / "before.pcap", policy)
-        tls.enable_lab_tls(lab, ["storage", "management", "replication"])
-        wireguard.enable_lab_wireguard(lab, [m for j in lab.topology.jobs for m in j.members])
-        wireguard.set_collective_class(lab, ["collective"])
+        before = drills.capture_flows(lab, 3, work / "before.pcap", policy)
+        tls.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
+        wireguard.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
+        wireguard.set_collective_class(lab.site(), ["collective"])
         # >= one replication. A capture that starts inside an SSH session cannot see its banner, and SSH
         # without its handshake is (rightly) `unknown`: take the capture again rather than judge that one.
         # Likewise a capture taken while the job is still in TCP back-off after the tunnel came up shows no
         # collective at all: retake until every class was seen encrypted.
         for _ in range(4):
-            after = _verify_lab.capture_flows(lab, 5, work / "after.pcap", policy)  # >= one replication
+            after = drills.capture_flows(lab, 5, work / "after.pcap", policy)  # >= one replication
             rows = after.select(["class", "protection"]).to_pylist()
             seen = {r["class"] for r in rows if r["protection"] == "encrypted"}
             if {"storage", "collective", "management", "replication"} <= seen and not any(
@@ -81,8 +81,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         )
     finally:
         try:
-            wireguard.disable_lab_wireguard(lab)
-            tls.disable_lab_tls(lab)
+            wireguard.disable_wireguard(lab.site())
+            tls.disable_tls(lab.site())
         finally:
             lab.down()
             StateStore(lab.name).forget()
@@ -130,19 +130,19 @@ def test_enabled_layers_leave_zero_plaintext(secured: Secured) -> None:
 
 
 def test_authorisation_is_by_identity_not_address(secured: Secured) -> None:
-    lab, pdir = secured.lab, tls.pki_dir(secured.lab)
+    lab, pdir = secured.lab, tls.pki_dir(secured.lab.name)
     storage = f"https://{lab.topology.address('storage')}:8080/datasets/train-a/shard-2"
     # the same source address (worker-0's), two identities
-    allowed = tls.probe_request(lab, "worker-0", pdir / "nodes" / "worker-0", storage)
-    denied = tls.probe_request(lab, "worker-0", pdir / "nodes" / "aux", storage)
+    allowed = tls.probe_request(lab.site(), "worker-0", pdir / "nodes" / "worker-0", storage)
+    denied = tls.probe_request(lab.site(), "worker-0", pdir / "nodes" / "aux", storage)
     assert allowed.get("status") == 200, allowed
     assert denied.get("status") == 403 and "only ranks of job train-a" in denied["body"], denied
     jobs = f"https://{lab.topology.address('mgmt')}:8000/jobs"
-    user = tls.probe_request(lab, "user", pdir / "nodes" / "user", jobs, method="POST", body='{"name": "t"}')
-    rank = tls.probe_request(lab, "user", pdir / "nodes" / "worker-0", jobs, method="POST", body='{"name": "t"}')
+    user = tls.probe_request(lab.site(), "user", pdir / "nodes" / "user", jobs, method="POST", body='{"name": "t"}')
+    rank = tls.probe_request(lab.site(), "user", pdir / "nodes" / "worker-0", jobs, method="POST", body='{"name": "t"}')
     assert user.get("status") == 201, user
     assert rank.get("status") == 403 and "only user identities" in rank["body"], rank
-    events = [e for e in tls.read_events(lab) if e.get("result") == "denied"]
+    events = [e for e in tls.read_events(lab.site()) if e.get("result") == "denied"]
     assert any(
         e["peer"] == lab.topology.address("worker-0") and e["peer_identity"] == "spiffe://lab/node/aux" for e in events
     )
@@ -150,7 +150,7 @@ def test_authorisation_is_by_identity_not_address(secured: Secured) -> None:
 
 def test_rotation_fail_closed_and_assess_passes(secured: Secured) -> None:
     lab, policy = secured.lab, secured.policy
-    rotation = _verify_lab.rotate_under_load(lab)
+    rotation = drills.rotate_under_load(lab)
     for r in rotation:
         print(
             f"\nrotation {r.layer}: stall {r.stall_s:.2f}s (baseline step {r.baseline_step_s:.2f}s): {r.detail}",
@@ -158,13 +158,13 @@ def test_rotation_fail_closed_and_assess_passes(secured: Secured) -> None:
         )
     assert {r.layer for r in rotation} == {"tls", "wireguard"}
     assert all(r.verdict is Verdict.PASS and r.job_survived and r.new_in_use and r.old_refused for r in rotation)
-    fc_wg = _verify_lab.fail_closed_wireguard(lab, policy, secured.work)
-    fc_tls = _verify_lab.fail_closed_tls(lab, policy, secured.work)
+    fc_wg = drills.fail_closed_wireguard(lab, policy, secured.work)
+    fc_tls = drills.fail_closed_tls(lab, policy, secured.work)
     for f in (fc_wg, fc_tls):
         print(f"fail-closed {f.layer}: {f.error}; {f.detail}", file=sys.stderr)
         assert f.verdict is Verdict.PASS and f.traffic_stopped and f.plaintext_bytes == 0 and f.recovered
         assert f.flows_seen > 0  # the drilled traffic was tried (and seen) — it just carried nothing in clear
-    creds = {c.kind: c for c in _verify_lab.credential_checks(lab, secured.work)}
+    creds = {c.kind: c for c in drills.credential_checks(lab, secured.work)}
     assert creds["current"].outcome == "accepted"
     assert all(creds[k].outcome == "refused" for k in ("expired", "revoked", "foreign-ca"))
     report = verify.judge(
@@ -175,7 +175,7 @@ def test_rotation_fail_closed_and_assess_passes(secured: Secured) -> None:
         rotation=rotation,
         fail_closed=(fc_wg, fc_tls),
         credentials=tuple(creds.values()),
-        inventory=_verify_lab.inventory(lab),
+        inventory=drills.inventory(lab),
     )
     assert report.verdict is Verdict.PASS
     assert not any("PRIVATE KEY" in str(i) for i in report.inventory)

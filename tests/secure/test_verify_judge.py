@@ -13,8 +13,8 @@ import pytest
 from ringfence.controls.interface import Verdict
 from ringfence.observe.schema import CLASSIFIED_SCHEMA
 from ringfence.policy import load_policy, parse_policy
-from ringfence.secure._verify_types import FailClosedResult, RotationResult
 from ringfence.secure.verify import class_breakdown, coverage, judge, scope_check
+from ringfence.secure.verify_types import FailClosedResult, RotationResult
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_TEXT = (REPO / "examples" / "lab-policy.yaml").read_text()

@@ -77,8 +77,11 @@ def _run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     if args.backend == "ringfence":
-        # ringfence's own encrypted backend needs no --plugin: importing its transport registers it.
-        importlib.import_module("ringfence.secure.transport")
+        # ringfence's own encrypted backend needs no --plugin, but it is still registered by an
+        # explicit call: importing ringfence never registers anything.
+        from ringfence.secure import transport
+
+        transport.register()
     for plugin in args.plugin:
         _load_plugin(plugin)
     dtype = getattr(torch, args.dtype)

@@ -12,26 +12,22 @@ from ringfence.errors import InputError
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from ringfence.cli._targets import points_for
     from ringfence.enforce.apply import apply_policy, rollback
-    from ringfence.enforce.lab_points import lab_inventory, lab_points
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
-    from ringfence.lab import Lab
     from ringfence.policy import load_policy
 
-    if args.target != "lab":
-        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be applied to here")
     if not args.rollback and not args.policy:
         raise InputError("apply", "give a POLICY file, or --rollback")
-    lab = Lab.attach(args.name)
+    target, points, inventory = points_for(args)
     store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
-    target = f"lab:{lab.name}"
     if args.rollback:
-        version = rollback(lab_points(lab), store, target=target)
+        version = rollback(points, store, target=target)
     else:
         policy = load_policy(args.policy)
-        version = apply_policy(policy, lab_points(lab), store, target=target, audit=args.audit,
-                               inventory=lab_inventory(lab), approved_by=args.approved_by, ticket=args.ticket)
+        version = apply_policy(policy, points, store, target=target, audit=args.audit,
+                               inventory=inventory, approved_by=args.approved_by, ticket=args.ticket)
     print(f"{target}: {'rolled back to' if args.rollback else 'applied'} version {version.version[:16]} "
           f"(evidence {version.evidence})", file=sys.stderr)
     sys.stdout.write(json.dumps({"target": target, "version": version.version, "previous": version.previous,
@@ -44,8 +40,9 @@ def register(sub: Any) -> None:
     """Add the ``apply`` verb."""
     p = sub.add_parser("apply", help="apply a policy's rulesets atomically to a target (or roll back)")
     p.add_argument("policy", nargs="?", help="policy file (YAML)")
-    p.add_argument("--target", default="lab", help="where to apply (lab)")
+    p.add_argument("--target", default="lab", choices=("lab", "ssh"), help="where to apply (default: lab)")
     p.add_argument("--name", help="the lab (optional when only one exists)")
+    p.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     p.add_argument("--audit", action="store_true", help="staged: count and log would-be drops, accept them")
     p.add_argument("--rollback", action="store_true", help="restore the version applied before the current one")
     p.add_argument("--approved-by", help="who approved this change (recorded; change control fails changes without)")

@@ -11,12 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
-from ringfence.assess import DEFAULT_FORMATS, FactsInput, assess, assess_from_store
+from ringfence.cli._lazy import OneOf
 from ringfence.errors import InputError
-from ringfence.evidence.report import RENDERERS, exit_code
-from ringfence.evidence.report.terminal import print_summary
+
+# The assessment (DuckDB, pyarrow, the controls) is imported inside _run, never while the parser is
+# built: `ringfence --version` and `ringfence assess --help` must start in a fraction of a second.
 
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
@@ -29,6 +28,12 @@ def _paths(args: argparse.Namespace, dest: str) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ringfence.assess import DEFAULT_FORMATS, FactsInput, assess, assess_from_store
+    from ringfence.evidence.report import exit_code
+    from ringfence.evidence.report.terminal import print_summary
+
     err = Console(stderr=True)
     output = Path(args.output)
     store = Path(args.store) if args.store else output / "evidence"
@@ -70,8 +75,9 @@ def register(sub: Any) -> None:
     p.add_argument("--store", help="evidence store directory (default: OUTPUT/evidence)")
     p.add_argument("--evidence", metavar="STORE",
                    help="judge again from this store's last recorded assessment (its flows, facts and clock)")
-    p.add_argument("--format", action="append", choices=sorted(set(RENDERERS) - {"terminal"}),
-                   help="report format to write (repeatable; default: json, html, junit)")
+    p.add_argument("--format", action="append", metavar="FORMAT",
+                   type=OneOf("ringfence.evidence.report", "RENDERERS", exclude=frozenset({"terminal"})),
+                   help="report format to write (repeatable; default: json, html, junit; a wrong one lists them)")
     p.add_argument("--probes", action="append", metavar="FILE", help="probe results from `ringfence probe -o`")
     p.add_argument("--ruleset", metavar="FILE", help="live ruleset facts from `ringfence probe --ruleset`")
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")

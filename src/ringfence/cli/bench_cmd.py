@@ -7,21 +7,22 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.atomic import write_atomic
-from ringfence.bench.compare import GateBudget, GateVerdict, compare_runs, human_size
-from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, Progress, parse_size, parse_sizes, run_allreduce
-from ringfence.bench.nccl_tests import import_nccl_tests
-from ringfence.bench.placement import lab_ranks, local_ranks, split_interfaces
-from ringfence.bench.plot import svg_chart
-from ringfence.bench.run import BenchRun, RunFileError, load_run, run_to_dict, save_run
 from ringfence.errors import InputError
 from ringfence.evidence.interface import sha256_file
 from ringfence.policy import load_policy
 
 
+if TYPE_CHECKING:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import Progress
+    from ringfence.bench.run import BenchRun
+
+
 def _progress_printer() -> Any:
+    from ringfence.bench.compare import human_size
+
     def show(p: Progress) -> None:
         r = p.result
         print(f"repeat {p.repeat + 1}/{p.repeats}  [{p.done}/{p.total}]  {human_size(r.size):>8}  "
@@ -30,6 +31,8 @@ def _progress_printer() -> Any:
 
 
 def _table(run: BenchRun) -> str:
+    from ringfence.bench.compare import human_size
+
     c = run.config
     lines = [f"{c.tool} {c.collective} {c.dtype} n={c.world_size} on {','.join(c.nodes)}  "
              f"{c.backend}/{c.layer}  {len(run.repeats)} repeat(s)  {run.config_hash[:19]}…",
@@ -47,6 +50,8 @@ def _table(run: BenchRun) -> str:
 
 
 def _emit_run(run: BenchRun, output: str | None) -> None:
+    from ringfence.bench.run import run_to_dict, save_run
+
     if output:
         save_run(run, output)
         print(f"wrote {output}", file=sys.stderr)
@@ -55,6 +60,11 @@ def _emit_run(run: BenchRun, output: str | None) -> None:
 
 
 def _allreduce(args: argparse.Namespace) -> int:
+    from ringfence.bench.compare import human_size
+    from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, parse_sizes, run_allreduce
+    from ringfence.bench.placement import local_ranks, site_ranks, split_interfaces
+    from ringfence.bench.run import load_run
+
     nodes = [n for n in args.nodes.split(",") if n]
     if len(nodes) < 2 or len(set(nodes)) != len(nodes):
         raise InputError("--nodes", "name at least two distinct nodes (one rank each)")
@@ -65,7 +75,16 @@ def _allreduce(args: argparse.Namespace) -> int:
     ifaces = split_interfaces(args.iface, nodes)
     if args.target == "local":
         ranks = local_ranks(nodes, ifaces)
+    elif args.target == "ssh":
+        # ranks launched over SSH on the inventory's hosts, exactly as on the lab's namespaces
+        if not args.hosts:
+            raise InputError("--hosts", "--target ssh needs the hosts inventory (ringfence lab hosts -o hosts.yaml)")
+        from ringfence.targets.hosts import load_hosts, ssh_site
+
+        ranks = site_ranks(ssh_site(load_hosts(args.hosts)), nodes, ifaces)
     else:
+        from ringfence.lab.points import lab_ranks
+
         ranks = lab_ranks(nodes, interfaces=ifaces, lab_name=args.lab)
     spec = BenchSpec(sizes=sizes, dtype=args.dtype, backend=args.backend, warmup=args.warmup, iterations=args.iters,
                      repeats=args.repeats, layer=args.layer, device=args.device, plugins=tuple(args.plugin),
@@ -83,6 +102,8 @@ def _allreduce(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from ringfence.bench.nccl_tests import import_nccl_tests
+
     report = import_nccl_tests(args.file)
     run = report.to_run(args.placement, layer=args.layer, backend=args.backend)
     print(_table(run), file=sys.stderr)
@@ -94,6 +115,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _load_any(path: str, placement: str) -> BenchRun:
     """A ringfence run file, or nccl-tests output (text or -J) imported on the fly."""
+    from ringfence.bench.nccl_tests import import_nccl_tests
+    from ringfence.bench.run import RunFileError, load_run
+
     try:
         head = Path(path).read_text(encoding="utf-8", errors="replace")[:4096]
     except OSError as exc:
@@ -104,6 +128,10 @@ def _load_any(path: str, placement: str) -> BenchRun:
 
 
 def _budget(args: argparse.Namespace) -> GateBudget:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import parse_size
+    from ringfence.policy import load_policy
+
     base = GateBudget.from_policy(load_policy(args.policy).budget) if args.policy else GateBudget()
     over: dict[str, Any] = {}
     if args.busbw_loss is not None:
@@ -125,6 +153,10 @@ def _budget(args: argparse.Namespace) -> GateBudget:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from ringfence.atomic import write_atomic
+    from ringfence.bench.compare import GateVerdict, compare_runs
+    from ringfence.bench.plot import svg_chart
+
     baseline = _load_any(args.baseline, args.placement)
     candidate = _load_any(args.candidate, args.placement)
     result = compare_runs(baseline, candidate, _budget(args))
@@ -162,7 +194,9 @@ def register(sub: Any) -> None:
     bsub = p.add_subparsers(dest="bench_cmd", required=True, metavar="CMD")
 
     a = bsub.add_parser("allreduce", help="run a torch.distributed all-reduce size sweep across nodes")
-    a.add_argument("--target", choices=("local", "lab"), default="local", help="where ranks run (default: loopback)")
+    a.add_argument("--target", choices=("local", "lab", "ssh"), default="local",
+                   help="where ranks run (default: loopback)")
+    a.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     a.add_argument("--nodes", default="rank0,rank1", help="comma-separated nodes, one rank each (rank 0 first)")
     a.add_argument("--sizes", help="1M..256M (doubling), 1M..64M:4, or 1M,4M,64M (default 1M..256M)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16", "int32"))

@@ -7,11 +7,13 @@ import json
 import sys
 from typing import Any
 
-from ringfence.enforce import RENDERERS, RenderOptions, check_policy, renderer
-from ringfence.policy import load_policy
+from ringfence.cli._lazy import OneOf
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ringfence.enforce import RenderOptions, check_policy, renderer
+    from ringfence.policy import load_policy
+
     policy = load_policy(args.policy)
     # the same refusals as apply: a file that would lock out the admin path is not worth writing
     check_policy(policy, source=args.policy)
@@ -36,7 +38,9 @@ def register(sub: Any) -> None:
     """Add the ``compile`` verb."""
     p = sub.add_parser("compile", help="render a policy for an enforcement target")
     p.add_argument("policy", help="policy file (YAML)")
-    p.add_argument("--to", required=True, choices=sorted(RENDERERS), help="enforcement target")
+    p.add_argument("--to", required=True, metavar="TARGET",
+                   type=OneOf("ringfence.enforce", "RENDERERS"),
+                   help="enforcement target (a wrong one lists them)")
     p.add_argument("-o", "--output", required=True, help="directory to write the rendered files into")
     p.add_argument("--audit", action="store_true", help="staged policy: log and count would-be drops, accept them")
     p.add_argument("--check", action="store_true",

@@ -36,10 +36,10 @@ def _collectors(policy: Any, names: list[str]) -> tuple[str, ...]:
 def _contain(args: argparse.Namespace) -> int:
     from ringfence.enforce.contain import contain, release, resolve_subject
     from ringfence.enforce.facts import write_json
-    from ringfence.enforce.lab_points import lab_points
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
     from ringfence.lab import Lab
+    from ringfence.lab.points import lab_points
     from ringfence.policy import load_policy, parse_policy
 
     if args.target != "lab":

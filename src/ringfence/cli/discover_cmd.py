@@ -14,22 +14,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.analyze.discover import (
-    DEFAULT_EPHEMERAL,
-    TORCH_MASTER_PORT,
-    DiscoverOptions,
-    Proposal,
-    diff_approved,
-    discover,
-    evidence_document,
-    render_diff,
-    render_yaml,
-)
-from ringfence.atomic import write_atomic
-from ringfence.cli.flow_inputs import read_flow_inputs
-from ringfence.policy import load_policy
+if TYPE_CHECKING:
+    from ringfence.analyze.discover import Proposal
+
 
 
 def _port_range(text: str) -> tuple[int, int]:
@@ -62,10 +51,24 @@ def _report(proposal: Proposal, quiet: bool) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ringfence.analyze.discover import (
+        DEFAULT_EPHEMERAL,
+        TORCH_MASTER_PORT,
+        DiscoverOptions,
+        diff_approved,
+        discover,
+        evidence_document,
+        render_diff,
+        render_yaml,
+    )
+    from ringfence.atomic import write_atomic
+    from ringfence.cli.flow_inputs import read_flow_inputs
+    from ringfence.policy import load_policy
+
     inventory = load_policy(args.inventory)
     existing = load_policy(args.diff) if args.diff else None
     options = DiscoverOptions(
-        ephemeral=args.ephemeral_range,
+        ephemeral=args.ephemeral_range or DEFAULT_EPHEMERAL,
         admin_zones=tuple(args.admin_zone) if args.admin_zone else None,
         rendezvous=tuple(args.rendezvous or ()),
         assume_rendezvous=None if args.no_assume_rendezvous else TORCH_MASTER_PORT,
@@ -109,15 +112,15 @@ def register(sub: Any) -> None:
                    help="write the evidence document here (default: next to --output, NAME.evidence.json)")
     p.add_argument("--diff", metavar="EXISTING",
                    help="print what the proposal adds/removes/changes against this policy (instead of the YAML)")
-    p.add_argument("--ephemeral-range", type=_port_range, default=DEFAULT_EPHEMERAL, metavar="LO-HI",
+    p.add_argument("--ephemeral-range", type=_port_range, metavar="LO-HI",
                    help="the cluster's OS ephemeral port range, net.ipv4.ip_local_port_range "
-                   f"(default {DEFAULT_EPHEMERAL[0]}-{DEFAULT_EPHEMERAL[1]}, Linux's)")
+                   "(default: Linux's default range)")
     p.add_argument("--admin-zone", action="append", metavar="ZONE",
                    help="a zone allowed to use administrative services (repeatable; default: the zone 'admin')")
     p.add_argument("--rendezvous", action="append", type=_rendezvous, metavar="JOB=PORT",
                    help="a job's rendezvous port when it was not captured (repeatable)")
     p.add_argument("--no-assume-rendezvous", action="store_true",
-                   help=f"do not assume torch's default rendezvous port {TORCH_MASTER_PORT} for a job whose "
+                   help="do not assume torch's default rendezvous port (MASTER_PORT) for a job whose "
                    "rendezvous was not observed")
     p.add_argument("-q", "--quiet", action="store_true", help="only flagged flows and notes on stderr")
     p.set_defaults(func=_run)

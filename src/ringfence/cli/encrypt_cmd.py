@@ -9,16 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ringfence.cli._targets import add_target_arguments
 from ringfence.errors import InputError
 
 
-def _lab(args: argparse.Namespace) -> Any:
-    if args.target != "lab":
-        raise InputError("--target", f"{args.target!r}: only the lab can be changed by ringfence itself; "
-                         "use `ringfence encrypt render` for other clusters")
-    from ringfence.lab import Lab
+def _site(args: argparse.Namespace) -> Any:
+    from ringfence.cli._targets import site_for
 
-    return Lab.attach(args.name)
+    return site_for(args)
 
 
 def _evidence(args: argparse.Namespace) -> Any:
@@ -40,23 +38,24 @@ def _enable(args: argparse.Namespace) -> int:
     classes = _list(args.cls)
     if not classes:
         raise InputError("--class", "name at least one traffic class (storage, collective, management, replication)")
-    lab = _lab(args)
+    site, policy = _site(args)
     evidence = _evidence(args)
     if layer.value == "tls":
-        done = tls.enable_lab_tls(lab, classes, evidence=evidence)
+        done = tls.enable_tls(site, policy, classes, evidence=evidence)
         out: dict[str, Any] = {"layer": "tls", "classes": list(done.classes), "services": list(done.services),
                                "ca_fingerprint": done.ca_fingerprint,
                                "nodes": {n.node: {"identity": n.identity, "fingerprint": n.fingerprint}
                                          for n in done.nodes}}
     elif layer.value == "wireguard":
-        nodes = _list(args.nodes) or [m for j in lab.topology.jobs for m in j.members]
-        wg = wireguard.enable_lab_wireguard(lab, nodes, strict=not args.no_strict, evidence=evidence)
-        wireguard.set_collective_class(lab, classes)
+        nodes = _list(args.nodes) or [m for j in policy.jobs for m in j.members]
+        wg = wireguard.enable_wireguard(site, nodes, strict=not args.no_strict, evidence=evidence)
+        wireguard.set_collective_class(site, classes)
         out = {"layer": "wireguard", "classes": classes, "nodes": list(wg.nodes), "interface": wg.interface,
                "public_keys": wg.public_keys, "strict": not args.no_strict}
     else:
-        raise InputError("--layer", f"{layer.value} cannot run in the lab (its kernel lacks it or it is not ours to "
-                         f"switch on); see `ringfence encrypt support --layer {layer.value}` and `encrypt render`")
+        raise InputError("--layer", f"{layer.value} cannot be run by ringfence (the lab's kernel lacks it "
+                         f"or it is not ours to switch on); see `ringfence encrypt support --layer {layer.value}` "
+                         "and `encrypt render`")
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
     return 0
 
@@ -65,24 +64,24 @@ def _disable(args: argparse.Namespace) -> int:
     from ringfence.secure.layers import registry, tls, wireguard
 
     layer = registry.layer(args.layer)
-    lab = _lab(args)
+    site, _ = _site(args)
     if layer.value == "tls":
-        tls.disable_lab_tls(lab)
+        tls.disable_tls(site)
     elif layer.value == "wireguard":
-        wireguard.disable_lab_wireguard(lab)
+        wireguard.disable_wireguard(site)
     else:
-        raise InputError("--layer", f"{layer.value} is never enabled in the lab")
-    print(f"{layer.value} disabled in lab {lab.name}", file=sys.stderr)
+        raise InputError("--layer", f"{layer.value} is never enabled by ringfence")
+    print(f"{layer.value} disabled on {site.kind} {site.name}", file=sys.stderr)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ringfence.secure.layers._state import StateStore
+    from ringfence.secure.layers.runtime import StateStore
 
-    lab = _lab(args)
-    sys.stdout.write(json.dumps(asdict(StateStore(lab.name).read()), indent=2) + "\n")
+    site, _ = _site(args)
+    sys.stdout.write(json.dumps(asdict(StateStore(site.name).read()), indent=2) + "\n")
     return 0
 
 
@@ -129,10 +128,10 @@ def _support(args: argparse.Namespace) -> int:
     from ringfence.targets.local import LocalExecutor
 
     executor: Any
-    if args.target == "lab":
-        executor = _lab(args).executor(args.node or "worker-0")
-    else:
+    if args.target == "local":
         executor = LocalExecutor()
+    else:
+        executor = _site(args)[0].executor(args.node or "worker-0")
     res = registry.renderer(args.layer).support(executor)
     sys.stdout.write(json.dumps(res.as_dict(), indent=2) + "\n")
     return 0 if res.available else 1
@@ -143,9 +142,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("encrypt", help="encryption layers by traffic class (tls, wireguard, macsec, ipsec, nccl-tls)")
     esub = p.add_subparsers(dest="encrypt_cmd", required=True, metavar="CMD")
 
-    def target(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--target", default="lab", choices=("lab", "local"), help="where (default: lab)")
-        sp.add_argument("--name", help="the lab's name (default: the only lab)")
+    def target(sp: argparse.ArgumentParser, choices: tuple[str, ...] = ("lab", "ssh")) -> None:
+        add_target_arguments(sp, choices=choices)
 
     s = esub.add_parser("enable", help="protect classes with a layer in the lab")
     s.add_argument("--class", dest="cls", required=True, help="traffic classes, comma-separated")
@@ -181,8 +179,8 @@ def register(sub: Any) -> None:
 
     s = esub.add_parser("support", help="probe whether a node's kernel can run a layer (exit 1 if not)")
     s.add_argument("--layer", required=True, help="macsec | ipsec | wireguard | nccl-tls")
-    s.add_argument("--node", help="lab node to probe in (default worker-0)")
-    target(s)
+    s.add_argument("--node", help="node to probe in (default worker-0)")
+    target(s, ("lab", "ssh", "local"))
     s.set_defaults(func=_support)
 
 

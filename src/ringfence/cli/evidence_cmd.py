@@ -11,20 +11,28 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.atomic import write_atomic
 from ringfence.errors import RingfenceError
 from ringfence.evidence import ChainHead, EvidenceStore
 from ringfence.evidence.checkpoint import public_bytes
 from ringfence.evidence.store import default_store_path
 
 
+if TYPE_CHECKING:
+    from ringfence.evidence import EvidenceStore
+
+
 def _open(args: argparse.Namespace) -> EvidenceStore:
+    from ringfence.evidence import EvidenceStore
+    from ringfence.evidence.store import default_store_path
+
     return EvidenceStore.open(args.store or default_store_path(), create=False)
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from ringfence.evidence import ChainHead
+
     anchor = None
     if args.anchor:
         try:
@@ -59,6 +67,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from ringfence.atomic import write_atomic
+
     store = _open(args)
     lines = list(store.raw_lines())
     if args.output:

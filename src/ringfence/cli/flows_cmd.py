@@ -6,13 +6,13 @@ import argparse
 import io
 import json
 import sys
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from ringfence.cli.flow_inputs import read_flow_inputs
 from ringfence.errors import RingfenceError
+
+# pyarrow is imported by the handlers, never while the parser is built (start-up time).
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: Rows shown by ``--format table`` before the rest is only counted.
 TABLE_ROWS: Final = 50
@@ -35,6 +35,7 @@ JSONL_KEYS: Final = (
 
 
 def _classify(flows: pa.Table, policy_path: str) -> pa.Table:
+
     from ringfence.policy import load_policy
 
     policy = load_policy(policy_path)
@@ -48,6 +49,8 @@ def _classify(flows: pa.Table, policy_path: str) -> pa.Table:
 
 def _iso(table: pa.Table) -> pa.Table:
     """Timestamps as ISO 8601 text (``2021-06-16T16:52:13.136834446Z``)."""
+    import pyarrow.compute as pc
+
     for name in ("first_seen", "last_seen"):
         i = table.schema.get_field_index(name)
         text = pc.strftime(table[name], format="%Y-%m-%dT%H:%M:%SZ")
@@ -105,6 +108,8 @@ def _table(flows: pa.Table) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ringfence.cli.flow_inputs import read_flow_inputs
+
     if args.format == "parquet" and not args.output:
         raise RingfenceError("--format parquet needs -o/--output", hint="parquet is binary: name a file")
     flows = read_flow_inputs(args.files)

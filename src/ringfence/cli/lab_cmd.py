@@ -116,6 +116,24 @@ def _exec(args: argparse.Namespace) -> int:
         raise RingfenceError(f"cannot run {cmd[0]!r} in {args.node}: {exc.strerror or exc}") from exc
 
 
+def _hosts(args: argparse.Namespace) -> int:
+    from ringfence.atomic import write_atomic
+    from ringfence.lab.hosts import hosts_document
+    from ringfence.lab.netns import require_privileges
+    from ringfence.targets.hosts import dump_hosts, parse_hosts
+
+    require_privileges()
+    nodes = [n.strip() for n in (args.nodes or "").split(",") if n.strip()] or None
+    text = dump_hosts(hosts_document(_attach(args), nodes))
+    parse_hosts(text, "<generated>")  # what we write must load: the same strict schema as any hosts file
+    if args.output:
+        write_atomic(args.output, text.encode())
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _policy(args: argparse.Namespace) -> int:
     lab_pkg = _lab_module()
     if args.workers is not None or args.jobs is not None:
@@ -171,6 +189,11 @@ def register(sub: Any) -> None:
     pol.add_argument("--jobs", type=int, help="with --workers: jobs")
     pol.add_argument("-o", "--output", help="write to this file instead of stdout")
     pol.set_defaults(func=_policy)
+
+    ho = named(lsub.add_parser("hosts", help="run sshd on the lab's nodes and write them as an SSH hosts inventory"))
+    ho.add_argument("-o", "--output", help="the hosts file to write (default: stdout)")
+    ho.add_argument("--nodes", help="comma-separated nodes (default: every node but jump)")
+    ho.set_defaults(func=_hosts)
 
 
 __all__ = ["register"]

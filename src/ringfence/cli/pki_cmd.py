@@ -6,14 +6,22 @@ import argparse
 import json
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ringfence.cli._lazy import OneOf
 from ringfence.errors import InputError
-from ringfence.secure import pki
+
+if TYPE_CHECKING:
+    from ringfence.secure import pki
+
+# cryptography is imported by ringfence.secure.pki only when a pki command runs, not at start-up.
+_ALGORITHMS = OneOf("ringfence.secure.pki", "ALGORITHMS")
 
 
 def _policy_keys(args: argparse.Namespace) -> tuple[str | None, timedelta | None]:
     """(cluster, cert lifetime) from ``--policy``, when given."""
+    from ringfence.secure import pki
+
     if not getattr(args, "policy", None):
         return None, None
     from ringfence.policy import load_policy
@@ -23,6 +31,8 @@ def _policy_keys(args: argparse.Namespace) -> tuple[str | None, timedelta | None
 
 
 def _lifetime(args: argparse.Namespace, default: str) -> timedelta:
+    from ringfence.secure import pki
+
     if args.lifetime:
         return pki.parse_duration(args.lifetime, where="--lifetime")
     _, from_policy = _policy_keys(args)
@@ -39,6 +49,8 @@ def _print(info: pki.CertInfo, args: argparse.Namespace, extra: dict[str, object
 
 
 def _init(args: argparse.Namespace) -> int:
+    from ringfence.secure import pki
+
     cluster = args.cluster or _policy_keys(args)[0]
     if not cluster:
         raise InputError("--cluster", "the cluster name is needed (or --policy to take it from a policy file)")
@@ -54,6 +66,8 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _identity(args: argparse.Namespace) -> str:
+    from ringfence.secure import pki
+
     chosen = [x for x in (args.identity, args.node, args.user, args.job) if x]
     if len(chosen) != 1:
         raise InputError("arguments", "give exactly one of --identity, --node, --user, --job (with --rank)")
@@ -69,6 +83,8 @@ def _identity(args: argparse.Namespace) -> str:
 
 
 def _issue(args: argparse.Namespace) -> int:
+    from ringfence.secure import pki
+
     issued = pki.issue(
         args.dir, _identity(args), lifetime=_lifetime(args, "24h"), out_dir=args.out, algorithm=args.algorithm
     )
@@ -77,18 +93,24 @@ def _issue(args: argparse.Namespace) -> int:
 
 
 def _rotate(args: argparse.Namespace) -> int:
+    from ringfence.secure import pki
+
     old, new = pki.rotate(args.dir, args.cert_dir, lifetime=_lifetime(args, "24h"))
     _print(new.info, args, {"directory": str(new.directory), "replaced": old.fingerprint})
     return 0
 
 
 def _revoke(args: argparse.Namespace) -> int:
+    from ringfence.secure import pki
+
     fp = pki.revoke(args.dir, args.cert)
     print(f"revoked {fp}")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
+    from ringfence.secure import pki
+
     _print(pki.show(args.path), args)
     return 0
 
@@ -107,7 +129,8 @@ def register(sub: Any) -> None:
     common(s)
     s.add_argument("--cluster", help="trust domain (spiffe://<cluster>); default: the policy's cluster")
     s.add_argument("--policy", help="policy file to take the cluster name from")
-    s.add_argument("--algorithm", choices=pki.ALGORITHMS, default="ec-p256")
+    s.add_argument("--algorithm", type=_ALGORITHMS, metavar="ALG", default="ec-p256",
+                   help="key algorithm (default ec-p256; a wrong one lists them)")
     s.add_argument("--ca-lifetime", default="365d", help="CA validity (default 365d)")
     s.add_argument("--force", action="store_true", help="replace an existing CA")
     s.set_defaults(func=_init)
@@ -122,7 +145,8 @@ def register(sub: Any) -> None:
     s.add_argument("--out", help="directory for cert.pem, key.pem (0600), ca.pem (default DIR/nodes/<name>)")
     s.add_argument("--lifetime", help="validity like 24h, 30m, 7d (default: policy keys.cert_lifetime, else 24h)")
     s.add_argument("--policy", help="policy file whose keys.cert_lifetime sets the lifetime")
-    s.add_argument("--algorithm", choices=pki.ALGORITHMS, default="ec-p256")
+    s.add_argument("--algorithm", type=_ALGORITHMS, metavar="ALG", default="ec-p256",
+                   help="key algorithm (default ec-p256; a wrong one lists them)")
     s.set_defaults(func=_issue)
 
     s = psub.add_parser("rotate", help="re-issue a certificate with a new key, same identity")

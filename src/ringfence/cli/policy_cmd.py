@@ -7,10 +7,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from ringfence.policy import load_policy, policy_schema
-
 
 def _schema(args: argparse.Namespace) -> int:
+    from ringfence.policy import policy_schema
+
     text = policy_schema()
     if args.output:
         from ringfence.atomic import write_atomic
@@ -22,6 +22,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ringfence.policy import load_policy
+
     policy = load_policy(args.policy)
     # An expired exception exempts nothing any more: say so, and do not call the policy clean.
     expired = policy.expired_exceptions(datetime.now(UTC).date())

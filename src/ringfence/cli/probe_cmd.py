@@ -17,6 +17,7 @@ from ringfence.errors import InputError
 
 
 def _probe(args: argparse.Namespace) -> int:
+    from ringfence.cli._targets import points_for
     from ringfence.enforce.apply import FABRIC
     from ringfence.enforce.facts import (
         change_facts,
@@ -25,26 +26,26 @@ def _probe(args: argparse.Namespace) -> int:
         ruleset_facts,
         write_json,
     )
-    from ringfence.enforce.lab_points import lab_points
     from ringfence.enforce.probe_matrix import behaviour_failed, probe_policy
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
-    from ringfence.lab import Lab
     from ringfence.policy import load_policy
 
-    if args.target != "lab":
-        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be probed from here")
     if args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, not {args.timeout}")
+    if args.via_ssh and args.target != "lab":
+        raise InputError("--via-ssh", "is for the lab; with --target ssh every node is reached over SSH already")
     policy = load_policy(args.policy)
-    lab = Lab.attach(args.name)
-    points = lab_points(lab)
-    for node in args.via_ssh or ():
-        if node not in points or node == FABRIC:
-            raise InputError("--via-ssh", f"no node {node!r} in lab {lab.name}")
-        points[node] = lab.ssh_executor(target=node)  # a real OpenSSH session from jump, as on a cluster
+    target, points, _ = points_for(args, precheck=False)  # an unreachable host's probes: unknown
+    if args.via_ssh:
+        from ringfence.lab import Lab
+
+        lab = Lab.attach(args.name)
+        for node in args.via_ssh:
+            if node not in points or node == FABRIC:
+                raise InputError("--via-ssh", f"no node {node!r} in lab {lab.name}")
+            points[node] = lab.ssh_executor(target=node)  # a real OpenSSH session from jump, as on a cluster
     store = EvidenceStore.open(Path(args.store) if args.store else default_store_path())
-    target = f"lab:{lab.name}"
 
     def say(msg: str) -> None:
         print(f"probe: {msg}", file=sys.stderr)
@@ -74,8 +75,9 @@ def register(sub: Any) -> None:
     """Add the ``probe`` verb."""
     p = sub.add_parser("probe", help="prove a policy on a target: permitted paths connect, denied ones are dropped")
     p.add_argument("policy", help="policy file (YAML)")
-    p.add_argument("--target", default="lab", help="where to probe (lab)")
+    p.add_argument("--target", default="lab", choices=("lab", "ssh"), help="where to probe (default: lab)")
     p.add_argument("--name", help="the lab (optional when only one exists)")
+    p.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     p.add_argument("-o", "--output", help="write the probe results (JSON facts for `assess --probes`) here")
     p.add_argument("--ruleset", help="also write the live-ruleset facts (JSON) here")
     p.add_argument("--changes", help="also write the applied-version history (JSON) here")

@@ -9,18 +9,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.bench.compare import GateBudget
-from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, RankSpec, parse_size, parse_sizes
-from ringfence.bench.placement import lab_ranks, local_ranks
-from ringfence.bench.run import load_run
 from ringfence.errors import InputError
-from ringfence.policy import load_policy
-from ringfence.rollout.interface import EvidenceSink, RolloutError, StepAction
-from ringfence.rollout.layers import AllReduceBenchmarker, load_layer
-from ringfence.rollout.machine import Rollout, StepTools
-from ringfence.rollout.state import state_to_dict
+
+if TYPE_CHECKING:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import RankSpec
+    from ringfence.rollout.interface import EvidenceSink, StepAction
+    from ringfence.rollout.layers import AllReduceBenchmarker
+    from ringfence.rollout.machine import Rollout
 
 
 def _evidence(args: argparse.Namespace) -> EvidenceSink:
@@ -37,6 +35,10 @@ def _nodes(text: str, what: str) -> list[str]:
 
 
 def _budget(args: argparse.Namespace) -> GateBudget | None:
+    from ringfence.bench.compare import GateBudget
+    from ringfence.bench.driver import parse_size
+    from ringfence.policy import load_policy
+
     over: dict[str, Any] = {}
     if args.busbw_loss is not None:
         over["busbw_loss_pct"] = args.busbw_loss
@@ -55,6 +57,9 @@ def _budget(args: argparse.Namespace) -> GateBudget | None:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from ringfence.bench.driver import DEFAULT_SIZES, parse_sizes
+    from ringfence.rollout.machine import Rollout
+
     pair = _nodes(args.pair, "--pair")
     try:
         sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
@@ -70,6 +75,9 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _budget_cmd(args: argparse.Namespace) -> int:
+    from ringfence.bench.run import load_run
+    from ringfence.rollout.machine import Rollout
+
     ro = Rollout.open(Path(args.state), _evidence(args))
     budget = _budget(args)
     if budget is None and not args.baseline:
@@ -83,6 +91,11 @@ def _budget_cmd(args: argparse.Namespace) -> int:
 
 
 def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
+    from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec
+    from ringfence.bench.placement import local_ranks
+    from ringfence.lab.points import lab_ranks
+    from ringfence.rollout.layers import AllReduceBenchmarker
+
     b = ro.state.bench
     spec = BenchSpec(sizes=tuple(b.get("sizes", DEFAULT_SIZES)), dtype=b.get("dtype", "float32"),
                      backend=b.get("backend", "gloo"), warmup=int(b.get("warmup", 5)),
@@ -97,6 +110,8 @@ def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
 
 
 def _actions(spec: str | None) -> tuple[StepAction | None, StepAction | None]:
+    from ringfence.rollout.interface import RolloutError
+
     if not spec:
         return None, None
     module_name, _, factory = spec.partition(":")
@@ -108,6 +123,10 @@ def _actions(spec: str | None) -> tuple[StepAction | None, StepAction | None]:
 
 
 def _advance(args: argparse.Namespace) -> int:
+    from ringfence.bench.run import load_run
+    from ringfence.rollout.layers import load_layer
+    from ringfence.rollout.machine import Rollout, StepTools
+
     ro = Rollout.open(Path(args.state), _evidence(args))
     tls, keys = _actions(args.actions)
     tools = StepTools(tls=tls, keys=keys, layer=load_layer(ro.state.layer), benchmark=_benchmarker(ro),
@@ -121,6 +140,9 @@ def _advance(args: argparse.Namespace) -> int:
 
 
 def _abort(args: argparse.Namespace) -> int:
+    from ringfence.rollout.layers import load_layer
+    from ringfence.rollout.machine import Rollout
+
     ro = Rollout.open(Path(args.state), _evidence(args))
     ro.abort(args.reason, load_layer(ro.state.layer))
     print(_status_text(ro))
@@ -147,6 +169,9 @@ def _status_text(ro: Rollout) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from ringfence.rollout.machine import Rollout
+    from ringfence.rollout.state import state_to_dict
+
     ro = Rollout.open(Path(args.state), _evidence(args))
     if args.json:
         sys.stdout.write(json.dumps(state_to_dict(ro.state), indent=1) + "\n")

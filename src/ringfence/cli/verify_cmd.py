@@ -1,4 +1,4 @@
-"""``ringfence verify confidentiality|keys``: the confidentiality side, from the wire and from live drills.
+"""``ringfence verify confidentiality|keys``: the confidentiality side, from the wire and from live live.
 
 ``confidentiality`` captures the lab (or reads ``--capture``), and reports per class the payload
 bytes encrypted / plaintext / handshake-only / unknown, covered-vs-exempt and the scope check.
@@ -25,7 +25,7 @@ def _enabled(args: argparse.Namespace, lab: Any) -> dict[str, str]:
         return dict(e.split("=", 1) for e in args.enabled)
     if lab is None:
         return {}
-    from ringfence.secure.layers._state import StateStore
+    from ringfence.secure.layers.runtime import StateStore
 
     return dict(StateStore(lab.name).read().classes)
 
@@ -55,7 +55,8 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     from ringfence.analyze import classify
     from ringfence.observe.flows.pcap import PcapReader
     from ringfence.policy import load_policy, parse_policy
-    from ringfence.secure import _verify_lab, verify
+    from ringfence.secure import drills as live
+    from ringfence.secure import verify
 
     lab = None
     if args.capture is None or drills:
@@ -76,27 +77,27 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     else:
         assert lab is not None
         print(f"capturing {args.seconds:g}s of lab {lab.name}", file=sys.stderr)
-        flows = _verify_lab.capture_flows(lab, args.seconds, work / "verify.pcap", policy)
+        flows = live.capture_flows(lab, args.seconds, work / "verify.pcap", policy)
     rotation: tuple[Any, ...] = ()
     fail_closed: list[Any] = []
     credentials: tuple[Any, ...] = ()
     inventory: tuple[Any, ...] = ()
     enabled = _enabled(args, lab)
     if lab is not None:
-        inventory = _verify_lab.inventory(lab)
+        inventory = live.inventory(lab)
     if drills:
         assert lab is not None
         layers = set(enabled.values())
         print("rotating keys under load", file=sys.stderr)
-        rotation = _verify_lab.rotate_under_load(lab)
+        rotation = live.rotate_under_load(lab)
         if "wireguard" in layers:
             print("fail-closed drill: wrong WireGuard key", file=sys.stderr)
-            fail_closed.append(_verify_lab.fail_closed_wireguard(lab, policy, work))
+            fail_closed.append(live.fail_closed_wireguard(lab, policy, work))
         if "tls" in layers:
             print("fail-closed drill: untrusted certificate", file=sys.stderr)
-            fail_closed.append(_verify_lab.fail_closed_tls(lab, policy, work))
-            credentials = _verify_lab.credential_checks(lab, work)
-        inventory = _verify_lab.inventory(lab)
+            fail_closed.append(live.fail_closed_tls(lab, policy, work))
+            credentials = live.credential_checks(lab, work)
+        inventory = live.inventory(lab)
     evidence_ids: list[str] = []
     report = verify.judge(flows, policy, enabled, before=before, rotation=rotation, fail_closed=fail_closed,
                           credentials=credentials, inventory=inventory)

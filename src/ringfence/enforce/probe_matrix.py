@@ -40,7 +40,7 @@ from ringfence.enforce.probe import ProbeTarget, RawProbe, tcp_probes
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy
-from ringfence.targets.interface import Executor
+from ringfence.targets.interface import Executor, TargetError
 
 SOURCE = "enforce.probe"  # = ringfence.enforce.facts.PROBE_SOURCE
 #: Default probe timeout (s): far above a lab or data-centre round trip, short enough to keep runs quick.
@@ -121,7 +121,10 @@ def behaviour_failed(result: ProbeResult) -> bool:
 
 def listening_ports(executor: Executor) -> frozenset[int] | None:
     """TCP ports in LISTEN state on ``executor``'s host (read from /proc, no traffic); None if unreadable."""
-    res = executor.run(["python3", "-c", _LISTEN_PY], timeout=30)
+    try:
+        res = executor.run(["python3", "-c", _LISTEN_PY], timeout=30)
+    except TargetError:
+        return None  # unreachable: whether anything listens there is unknown
     if res.returncode != 0 or res.timed_out:
         return None
     try:
@@ -135,9 +138,12 @@ def denied_counters(points: Mapping[str, Executor]) -> dict[str, dict[DeniedKey,
     jobs = [(scope, ex, fam) for scope, ex in points.items() for fam in (("inet", "bridge") if scope == FABRIC
                                                                           else ("inet",))]
 
-    def read(job: tuple[str, Executor, str]) -> tuple[str, dict[DeniedKey, int]]:
+    def read(job: tuple[str, Executor, str]) -> tuple[str, dict[DeniedKey, int] | None]:
         scope, ex, family = job
-        res = ex.run(["nft", "-j", "list", "set", family, TABLE, "denied"], timeout=30)
+        try:
+            res = ex.run(["nft", "-j", "list", "set", family, TABLE, "denied"], timeout=30)
+        except TargetError:
+            return f"{scope}/{family}", None  # unreachable: no counters from here, so nothing proven by them
         out: dict[DeniedKey, int] = {}
         if res.returncode != 0:
             err = res.stderr.decode(errors="replace")
@@ -158,7 +164,7 @@ def denied_counters(points: Mapping[str, Executor]) -> dict[str, dict[DeniedKey,
         return f"{scope}/{family}", out
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(jobs)))) as pool:
-        return dict(pool.map(read, jobs))
+        return {where: found for where, found in pool.map(read, jobs) if found is not None}
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -303,9 +309,15 @@ def _run_batches(plan: Sequence[ProbeSpec], executors: Mapping[str, Executor], t
             return [(i, RawProbe("error", 0, None, f"no executor reaches {src}")) for i in idx]
         # A deny probe bypasses node-local proxies (a TLS sidecar's redirect would accept it on loopback and
         # look like an open path); an allow probe takes the path real clients take, proxies included.
-        raws = tcp_probes(ex, [ProbeTarget(plan[i].host, plan[i].port, plan[i].app,
-                                           LOCAL_PROXY_BYPASS if plan[i].expected == "deny" else 0) for i in idx],
-                          timeout=timeout)
+        try:
+            raws = tcp_probes(ex, [ProbeTarget(plan[i].host, plan[i].port, plan[i].app,
+                                               LOCAL_PROXY_BYPASS if plan[i].expected == "deny" else 0) for i in idx],
+                              timeout=timeout)
+        except TargetError as exc:
+            # The source host cannot be reached (an SSH host down): its probes did not run. Each one is kept,
+            # named, as "unreachable" — a fact that proves neither side — never dropped from the run.
+            progress(f"{src} unreachable: {exc.message}")
+            return [(i, RawProbe("unreachable", 0, None, f"{src} unreachable: {exc.message}")) for i in idx]
         progress(f"probed {len(idx)} path(s) from {src}")
         return list(zip(idx, raws, strict=True))
 

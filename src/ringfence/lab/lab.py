@@ -27,9 +27,10 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ringfence
+from ringfence.errors import RingfenceError
 from ringfence.lab import netns, procs, sshd
 from ringfence.lab.capture import run_capture
 from ringfence.lab.policy_text import render_policy
@@ -63,8 +64,12 @@ from ringfence.lab.status import (
     ZoneStatus,
 )
 from ringfence.lab.topology import LabError, Topology, build_topology
+from ringfence.targets.interface import Host, Site
 from ringfence.targets.lab import NamespaceExecutor
 from ringfence.targets.ssh import SshExecutor
+
+if TYPE_CHECKING:
+    from ringfence.policy import Policy
 
 _PKG_PARENT = str(Path(ringfence.__file__).resolve().parents[1])
 
@@ -229,6 +234,28 @@ class Lab:
         self._spawn("mgmt", "mgmt-sshd", "service", sshd.sshd_argv(ssh_dir))
         self._wait_listening({"storage": {8080}, "mgmt": {8000, 22}, "external": {9000}}, timeout=30)
 
+    def ensure_sshd(self, nodes: list[str]) -> dict[str, Path]:
+        """Every node in ``nodes`` runs an sshd (mgmt's own, the others one each, tracked like every lab
+        process, so ``lab down`` ends them); returns node → its pinned known_hosts file."""
+        base = self.paths.directory / "ssh"
+        running = {p.label for n in self.status().nodes for p in n.processes if p.alive}
+        out: dict[str, Path] = {}
+        wait: dict[str, set[int]] = {}
+        for node in nodes:
+            if node == "mgmt":
+                out[node] = sshd.SshMaterial(base).known_hosts
+                if "mgmt-sshd" not in running:
+                    raise LabError("mgmt's sshd is not running: restart the lab's services")
+                continue
+            m = sshd.prepare_node(base, node, self.topology.address(node))
+            if f"{node}-sshd" not in running:
+                self._spawn(node, f"{node}-sshd", "sshd", sshd.sshd_argv(m))
+                wait[node] = {22}
+            out[node] = m.known_hosts
+        if wait:
+            self._wait_listening(wait, timeout=30)
+        return out
+
     def stop_services(self) -> None:
         """Stop the servers."""
         self._stop_kind({"service"})
@@ -336,6 +363,30 @@ class Lab:
         """An executor that runs commands inside ``node``'s namespace."""
         return NamespaceExecutor(node, self.topology.namespace(node))
 
+    def site(self) -> Site:
+        """The lab as a site: every node a host behind its namespace executor (what actions are written against).
+
+        Modules are started with this interpreter and this checkout on ``PYTHONPATH``: the namespaces
+        share the file system, so the code the controller runs is the code the nodes run.
+        """
+        env = {"PYTHONPATH": str(Path(ringfence.__file__).resolve().parents[1])}
+        hosts = {
+            n: Host(n, self.topology.address(n), self.executor(n), python=(sys.executable,), env=env,
+                    interface=str(self.topology.interface(n)))
+            for n in self.topology.node_names()
+        }
+        return Site(self.name, "lab", hosts)
+
+    def workers_alive(self) -> bool:
+        """Whether every training rank (``<node>-worker``) of the lab still runs."""
+        return all(p.alive for n in self.status().nodes for p in n.processes if p.label.endswith("-worker"))
+
+    def policy(self) -> Policy:
+        """The running lab's policy, parsed."""
+        from ringfence.policy import parse_policy
+
+        return parse_policy(self.policy_yaml(), source=f"lab {self.name}")
+
     def ssh_executor(self, source: str = "jump", target: str = "mgmt") -> SshExecutor:
         """An OpenSSH executor reaching ``target``'s sshd from ``source``'s namespace with the admin key."""
         if target != "mgmt":
@@ -441,10 +492,14 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
             raise
         state = None
     records = state.processes if state else ()
+    # The encryption layers' daemons first (sidecars, wireguard-go): they run in this lab's namespaces but
+    # are recorded by the layers, under their own directory, which their command lines name.
+    layer_marker, layer_pids = _layer_processes(name)
+    ended, left = procs.stop(layer_pids, layer_marker)
     by_kind = [{p.pid for p in records if p.kind != "service"}, {p.pid for p in records if p.kind == "service"}]
     by_kind[1] |= set(pidfile_pids(paths)) - by_kind[0]
-    stopped: list[int] = []
-    leftovers: set[int] = set()
+    stopped: list[int] = sorted(ended)
+    leftovers: set[int] = set(left)
     for group in by_kind:  # clients first, so servers do not log a storm of broken connections
         ended, left = procs.stop(group, marker)
         leftovers |= left
@@ -464,7 +519,27 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
     except OSError as exc:
         raise LabError(f"cannot remove {paths.directory}: {exc.strerror or exc}") from exc
     forget(paths)
+    shutil.rmtree(Path(layer_marker), ignore_errors=True)  # the layers' record and files of this lab
     return DownReport(name, tuple(stopped), deleted, tuple(sorted(strays - leftovers)))
+
+
+def _layer_processes(name: str) -> tuple[str, set[int]]:
+    """(marker, pids) of every process an encryption layer started in lab ``name``: those its record lists
+    and those whose pid file exists on a node (a layer killed between starting a daemon and recording it
+    leaves only the pid file)."""
+    from ringfence.secure.layers.runtime import SECURE_ROOT, StateStore
+
+    store = StateStore(name, root=SECURE_ROOT)
+    pids: set[int] = set()
+    try:
+        pids |= {p.pid for p in store.read().processes}
+    except RingfenceError:
+        pass  # a damaged record: the pid files below still name every daemon that got started
+    for pidfile in store.directory.glob("hosts/*/pids/*.pid"):
+        text = pidfile.read_text(errors="replace").strip()
+        if text.isdigit():
+            pids.add(int(text))
+    return store.marker, pids
 
 
 def down_all(*, root: Path = DEFAULT_ROOT) -> tuple[DownReport, ...]:

@@ -101,9 +101,35 @@ def prepare(directory: Path, listen: str, port: int = 22) -> SshMaterial:
     return m
 
 
+def prepare_node(base: Path, node: str, listen: str, port: int = 22) -> SshMaterial:
+    """An sshd of its own for ``node`` (its host key and config under ``base/nodes/<node>``), accepting only the
+    lab's admin key (``base/authorized_keys``, made by :func:`prepare`). Idempotent: an existing key is kept."""
+    shared = SshMaterial(base)
+    m = SshMaterial(base / "nodes" / node)
+    try:
+        m.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise LabError(f"cannot create {m.directory} or {PRIVSEP_DIR}: {exc.strerror or exc}") from exc
+    if not m.host_key.exists():
+        _keygen(m.host_key, f"ringfence-lab-{node}-host")
+    host_pub = m.host_key.with_suffix(".pub").read_text().split()
+    host = listen if port == 22 else f"[{listen}]:{port}"
+    m.known_hosts.write_text(f"{host} {host_pub[0]} {host_pub[1]}\n")
+    text = shared.config.read_text()
+    lines = [
+        f"ListenAddress {listen}" if ln.startswith("ListenAddress ") else
+        f"Port {port}" if ln.startswith("Port ") else
+        f"HostKey {m.host_key}" if ln.startswith("HostKey ") else ln
+        for ln in text.splitlines()
+    ]
+    m.config.write_text("\n".join(lines) + "\n")
+    return m
+
+
 def sshd_argv(m: SshMaterial) -> list[str]:
     """Run in the foreground, logging to stderr (the process log)."""
     return [SSHD, "-D", "-e", "-f", str(m.config)]
 
 
-__all__ = ["LOGIN_USER", "PRIVSEP_DIR", "SSHD", "SshMaterial", "prepare", "sshd_argv"]
+__all__ = ["LOGIN_USER", "PRIVSEP_DIR", "SSHD", "SshMaterial", "prepare", "prepare_node", "sshd_argv"]

@@ -57,7 +57,7 @@ class NoopLayer:
 #: layer name → "module:factory" of a zero-argument factory. One explicit place.
 LAYERS: dict[str, str] = {
     "noop": "ringfence.rollout.layers:NoopLayer",
-    "wireguard": "ringfence.rollout.lab_actions:WireguardLabLayer",
+    "wireguard": "ringfence.lab.rollout:WireguardLabLayer",
 }
 
 

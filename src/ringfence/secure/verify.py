@@ -2,7 +2,7 @@
 
 Everything here is a pure function of a classified flow table, the policy and what is enabled —
 no lab, no capture tool — so it serves the lab and a real cluster alike. The lab drills (rotation,
-fail-closed) live in :mod:`ringfence.secure._verify_lab`; both feed one
+fail-closed) live in :mod:`ringfence.secure.drills`; both feed one
 :class:`ConfidentialityReport`, whose :meth:`~ConfidentialityReport.facts_keys` is the mapping the
 ``encryption_keys`` control reads from ``Facts.keys`` (documented in ``docs/encryption.md``).
 
@@ -31,9 +31,9 @@ import pyarrow as pa
 from ringfence.controls.interface import Facts, Verdict
 from ringfence.policy import ExceptionEntry, Policy, Requirement, TrafficClass
 from ringfence.policy.model import Endpoint as PolicyEndpoint
-from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
 from ringfence.secure.layers.interface import Transport
 from ringfence.secure.layers.registry import scope_of
+from ringfence.secure.verify_types import CredentialCheck, FailClosedResult, RotationResult
 
 _PROTECTIONS = ("encrypted", "plaintext", "handshake-only", "integrity-only", "unknown")
 _CLASSES = (TrafficClass.STORAGE, TrafficClass.COLLECTIVE, TrafficClass.MANAGEMENT, TrafficClass.REPLICATION)

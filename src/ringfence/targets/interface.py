@@ -7,7 +7,7 @@ in the lab is the code that proves it on a real cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -80,4 +80,55 @@ class Executor(Protocol):
         ...
 
 
-__all__ = ["Executor", "Process", "RunResult", "TargetError"]
+@dataclass(frozen=True)
+class Host:
+    """One node of a site: its name, the address its peers reach it at, and how commands run there.
+
+    ``python`` is how a ringfence module is started on the host (``python -m ringfence…``): this
+    interpreter for the lab and local targets, the host's own for SSH; ``env`` is added to every such
+    start (e.g. ``PYTHONPATH`` when ringfence runs from a source checkout); ``interface`` is the NIC
+    the collective uses there, when known.
+    """
+
+    name: str
+    address: str
+    executor: Executor
+    python: tuple[str, ...] = ("python3",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    interface: str | None = None  # the NIC its peers are reached through (GLOO_SOCKET_IFNAME), when known
+
+
+@dataclass(frozen=True)
+class Site:
+    """The hosts of one cluster, each behind an executor: a lab's namespaces, an SSH inventory, this machine.
+
+    Actions (encryption layers, rollout steps) are written against a site, never against the lab:
+    ``name`` keys their state and names what they create (interfaces, directories), ``kind`` says
+    which executor family serves it (``lab``, ``ssh``, ``local``) for the record only.
+    """
+
+    name: str
+    kind: str
+    hosts: Mapping[str, Host]
+    fanout: int = 8  # hosts contacted at once by a fan-out
+    timeout: float = 60.0  # seconds one host may take for one fan-out command
+
+    def host(self, node: str) -> Host:
+        """The host ``node``; :class:`TargetError` naming the site when it has no such node."""
+        try:
+            return self.hosts[node]
+        except KeyError:
+            raise TargetError(
+                f"{self.kind} site {self.name} has no node {node!r} (it has: {', '.join(sorted(self.hosts))})"
+            ) from None
+
+    def executor(self, node: str) -> Executor:
+        """The executor that reaches ``node``."""
+        return self.host(node).executor
+
+    def address(self, node: str) -> str:
+        """The address peers reach ``node`` at."""
+        return self.host(node).address
+
+
+__all__ = ["Executor", "Host", "Process", "RunResult", "Site", "TargetError"]

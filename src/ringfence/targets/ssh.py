@@ -56,7 +56,7 @@ class SshExecutor:
         *,
         user: str,
         key: Path,
-        known_hosts: Path | None = None,
+        known_hosts: Path,
         port: int = 22,
         name: str | None = None,
         prefix: Sequence[str] = (),
@@ -69,14 +69,15 @@ class SshExecutor:
         self.port = port
         self.name = name or host
         self._local = LocalExecutor(name=self.name, prefix=prefix)
-        # Without a pinned known_hosts file the first key is accepted and remembered nowhere: say so loudly
-        # in the option itself rather than trust whatever ~/.ssh/known_hosts holds.
-        strict = "yes" if known_hosts else "accept-new"
+        # Host keys are checked against the given known_hosts only, never accepted on first sight: an
+        # assurance run that trusted whichever key answered would prove nothing about the host it reached.
+        if not str(known_hosts):
+            raise TargetError(f"{self.name}: a known_hosts file is required (host keys are never auto-accepted)")
         self._options = [
             "-F", "/dev/null", "-i", str(key),
             "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-            "-o", f"StrictHostKeyChecking={strict}",
-            "-o", f"UserKnownHostsFile={known_hosts or '/dev/null'}",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", f"ConnectTimeout={max(1, int(connect_timeout))}",
             "-o", "LogLevel=ERROR",
         ]

@@ -1,9 +1,10 @@
 """TLS 1.3 with mutual authentication for storage, management and replication — and authorisation by identity.
 
-In the lab, TLS is a sidecar per node (:mod:`ringfence.secure.layers._tls_mesh`), the way a service
-mesh adds it to services that speak plain HTTP: nftables in each node redirects connections to a
-protected service port into the sidecars, which speak TLS 1.3 between nodes with certificates of the
-cluster CA (:mod:`ringfence.secure.pki`), one SPIFFE identity per workload:
+On a site (the lab's namespaces, SSH hosts), TLS is a sidecar per node
+(:mod:`ringfence.secure.layers._tls_mesh`), the way a service mesh adds it to services that speak plain
+HTTP: nftables in each node redirects connections to a protected service port into the sidecars, which
+speak TLS 1.3 between nodes with certificates of the cluster CA (:mod:`ringfence.secure.pki`), one
+SPIFFE identity per workload:
 
 * a worker holds its job rank's identity ``spiffe://<cluster>/job/<job>/rank/<n>``;
 * the user node holds the policy's user identity (``spiffe://lab/user/alice``);
@@ -12,8 +13,13 @@ cluster CA (:mod:`ringfence.secure.pki`), one SPIFFE identity per workload:
 The inbound gate decides by that identity, never by address (:data:`LAB_RULES`): the object store
 serves ``/datasets/<job>/…`` and accepts ``/checkpoints/<job>/…`` only from ranks of ``<job>``; the
 job API accepts ``POST /jobs`` only from user identities; the replica sink accepts replicas only
-from the storage node. Certificates rotate in place (:func:`rotate_lab_tls`): the sidecars pick the
+from the storage node. Certificates rotate in place (:func:`rotate_tls`): the sidecars pick the
 new files up on their next connection, and the old certificates are revoked at once.
+
+How it runs is the site's business: the CA lives with the controller, every file a sidecar reads
+(its config, certificate, key, the revocation list) is written to its host through the host's
+executor at the same path, and the sidecars are started, watched and stopped through
+:class:`~ringfence.secure.layers.runtime.Runtime` — the same code drives the lab and SSH hosts.
 """
 
 from __future__ import annotations
@@ -21,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.evidence import EvidenceStore, RecordKind
-from ringfence.lab import Lab
 from ringfence.marks import LOCAL_PROXY_BYPASS
-from ringfence.policy import Policy, TrafficClass, parse_policy
+from ringfence.policy import Policy, TrafficClass
 from ringfence.policy.model import Layer
 from ringfence.secure import pki
-from ringfence.secure.layers._state import NftTable, StateStore
 from ringfence.secure.layers.interface import LayerError, LayerScope, Reach, Transport
+from ringfence.secure.layers.runtime import NftTable, Runtime, StateStore
+from ringfence.targets import ops
+from ringfence.targets.interface import Site, TargetError
 
 #: Firewall mark of the sidecars' own sockets, so their connections are not redirected to themselves.
 MESH_MARK = LOCAL_PROXY_BYPASS
@@ -94,18 +100,13 @@ class TlsNode:
 
 @dataclass(frozen=True)
 class TlsEnabled:
-    """What :func:`enable_lab_tls` did."""
+    """What :func:`enable_tls` did."""
 
     classes: tuple[str, ...]
     services: tuple[str, ...]
     nodes: tuple[TlsNode, ...]
     pki_dir: Path
     ca_fingerprint: str
-
-
-def lab_policy(lab: Lab) -> Policy:
-    """The running lab's policy."""
-    return parse_policy(lab.policy_yaml(), source=f"lab {lab.name}")
 
 
 def identity_of(policy: Policy, node: str) -> str:
@@ -119,9 +120,30 @@ def identity_of(policy: Policy, node: str) -> str:
     return f"spiffe://{policy.cluster}/node/{node}"
 
 
-def pki_dir(lab: Lab, store: StateStore | None = None) -> Path:
-    """The lab's CA directory (created by :func:`enable_lab_tls`)."""
-    return (store or StateStore(lab.name)).directory / "pki"
+def pki_dir(site: str, store: StateStore | None = None) -> Path:
+    """The site's CA directory on the controller (created by :func:`enable_tls`)."""
+    return (store or StateStore(site)).directory / "pki"
+
+
+_CRED = ("cert.pem", "key.pem", "ca.pem")
+
+
+def push_credential(rt: Runtime, node: str, cert_dir: Path) -> None:
+    """Write ``cert_dir``'s certificate, key (0600) and CA to the same path on ``node``.
+
+    The key goes last and the certificate is rewritten after it: a sidecar that reloads in between
+    sees a new mtime again once the pair is complete, so it never keeps a mismatched pair.
+    """
+    for name in ("ca.pem", "key.pem", "cert.pem"):
+        rt.put(node, str(cert_dir / name), (cert_dir / name).read_bytes(), mode=0o600 if name == "key.pem" else 0o644)
+
+
+def publish_revocations(rt: Runtime, nodes: Iterable[str]) -> None:
+    """Write the CA's revocation list to every node's copy (sidecars re-read it on their next connection)."""
+    path = pki_dir(rt.site.name, rt.store) / "ca" / "revoked.txt"
+    data = path.read_bytes() if path.exists() else b""
+    for node in nodes:
+        rt.put(node, str(path), data, mode=0o644)
 
 
 def _ensure_ca(directory: Path, cluster: str) -> pki.CertInfo:
@@ -151,30 +173,31 @@ def _ruleset(serves: Iterable[tuple[str, int]], reaches: Iterable[tuple[str, int
     )
 
 
-def enable_lab_tls(
-    lab: Lab,
+def enable_tls(
+    site: Site,
+    policy: Policy,
     classes: Iterable[str],
     *,
     lifetime: timedelta | None = None,
     evidence: EvidenceStore | None = None,
     timeout: float = 20.0,
 ) -> TlsEnabled:
-    """Protect every HTTP service of ``classes`` in ``lab`` with mutual TLS 1.3 and identity authorisation.
+    """Protect every HTTP service of ``classes`` on ``site`` with mutual TLS 1.3 and identity authorisation.
 
     Issues the certificates (recording their fingerprints, never keys, in ``evidence``), starts one
     sidecar per involved node and redirects the services' traffic through them. Calling it again with
     more classes widens the protection (the sidecars are restarted with the new configuration).
     """
-    policy = lab_policy(lab)
     wanted = {TrafficClass(c).value for c in classes}
-    store = StateStore(lab.name)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     state = store.read()
     chosen = sorted(wanted | {c for c, layer in state.classes.items() if layer == Layer.TLS.value})
     services = [s for s in policy.services if s.traffic_class.value in chosen and s.application == "http"]
     if not services:
-        raise LayerError(f"no HTTP service of class {', '.join(chosen)} in lab {lab.name}")
+        raise LayerError(f"no HTTP service of class {', '.join(chosen)} on {site.kind} site {site.name}")
     life = lifetime or pki.parse_duration(policy.keys.cert_lifetime, where="policy keys.cert_lifetime")
-    pdir = pki_dir(lab, store)
+    pdir = pki_dir(site.name, store)
     ca = _ensure_ca(pdir, policy.cluster)
     addr = {n.name: n.addresses[0] for n in policy.nodes}
     ports = {s.name: int(s.port) for s in services}
@@ -198,16 +221,16 @@ def enable_lab_tls(
                     data={"event": "issued", **info.as_dict(), "node": node},
                 )
         plan.append(TlsNode(node, ident, cert_dir, info.fingerprint, serves, client_of))
-    store.stop(layer=Layer.TLS.value)
+    rt.stop(layer=Layer.TLS.value)
+    publish_revocations(rt, [p.node for p in plan])
     for item in plan:
-        _start_sidecar(lab, store, policy, item, addr, ports, servers)
-    _wait_ready(store, [p.node for p in plan], timeout)
+        push_credential(rt, item.node, item.cert_dir)
+        _start_sidecar(rt, policy, item, addr, ports, servers)
+    _wait_ready(rt, [p.node for p in plan], timeout)
     for item in plan:
         inbound = [(s, ports[s]) for s in item.serves]
         reaches = [(addr[servers[s]], ports[s]) for s in item.client_of]
-        store.add_table(
-            NftTable(lab.topology.namespace(item.node), "ip", _TABLE, Layer.TLS.value), _ruleset(inbound, reaches)
-        )
+        rt.add_table(NftTable(item.node, "ip", _TABLE, Layer.TLS.value), _ruleset(inbound, reaches))
     state = store.read()
     store.update(
         classes={**state.classes, **dict.fromkeys(chosen, Layer.TLS.value)},
@@ -226,7 +249,7 @@ def enable_lab_tls(
         evidence.append(
             RecordKind.ACTION,
             source="secure:tls",
-            subject=f"lab {lab.name}",
+            subject=f"{site.kind} {site.name}",
             data={
                 "event": "enabled",
                 "classes": chosen,
@@ -239,23 +262,21 @@ def enable_lab_tls(
 
 
 def _start_sidecar(
-    lab: Lab,
-    store: StateStore,
+    rt: Runtime,
     policy: Policy,
     item: TlsNode,
     addr: Mapping[str, str],
     ports: Mapping[str, int],
     servers: Mapping[str, str],
 ) -> None:
-    conf_dir = store.directory / "tls"
-    conf_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    conf_dir = rt.store.directory / "tls"
     ready = conf_dir / f"{item.node}.ready"
-    ready.unlink(missing_ok=True)
+    rt.run(item.node, ["rm", "-f", str(ready)], what=f"resetting the TLS sidecar of {item.node}")
     config = {
         "node": item.node,
         "mark": MESH_MARK,
         "cert_dir": str(item.cert_dir),
-        "revoked": str(pki_dir(lab, store) / "ca" / "revoked.txt"),
+        "revoked": str(pki_dir(rt.site.name, rt.store) / "ca" / "revoked.txt"),
         "events": str(conf_dir / f"{item.node}.events.jsonl"),
         "ready": str(ready),
         "inbound": [
@@ -266,38 +287,37 @@ def _start_sidecar(
         "peers": {f"{addr[servers[s]]}:{ports[s]}": identity_of(policy, servers[s]) for s in item.client_of},
     }
     path = conf_dir / f"{item.node}.json"
-    path.write_text(json.dumps(config, indent=1))
-    store.spawn(
-        lab.topology.namespace(item.node),
-        item.node,
-        f"tls-{item.node}",
-        Layer.TLS.value,
-        [sys.executable, "-m", "ringfence.secure.layers._tls_mesh", "run", "--config", str(path)],
-        env={"PYTHONPATH": str(Path(pki.__file__).resolve().parents[2])},
-    )
+    rt.put(item.node, str(path), json.dumps(config, indent=1).encode())
+    argv, env = rt.python(item.node, "ringfence.secure.layers._tls_mesh", "run", "--config", str(path))
+    rt.spawn(item.node, f"tls-{item.node}", Layer.TLS.value, argv, env=env)
 
 
-def _wait_ready(store: StateStore, nodes: list[str], timeout: float) -> None:
+def _wait_ready(rt: Runtime, nodes: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     missing = list(nodes)
     while missing and time.monotonic() < deadline:
-        missing = [n for n in missing if not (store.directory / "tls" / f"{n}.ready").exists()]
-        dead = [n for n in missing if store.alive(f"tls-{n}") is None]
-        if dead:
-            log = store.directory / "logs" / f"tls-{dead[0]}.log"
-            tail = log.read_text(errors="replace")[-800:] if log.exists() else "(no log)"
-            raise LayerError(f"the TLS sidecar of {dead[0]} exited during start-up:\n{tail}")
-        if missing:
-            time.sleep(0.05)
+        still = []
+        for n in missing:
+            ready = str(rt.store.directory / "tls" / f"{n}.ready")
+            try:
+                waiting = ops.wait_for_files(rt.executor(n), [ready], seconds=0.5)
+            except TargetError as exc:
+                raise LayerError(f"cannot watch the TLS sidecar of {n}: {exc.message}") from exc
+            if waiting:
+                if rt.alive(f"tls-{n}") is None:
+                    raise LayerError(f"the TLS sidecar of {n} exited during start-up:\n{rt.log_tail(n, f'tls-{n}')}")
+                still.append(n)
+        missing = still
     if missing:
         raise LayerError(f"TLS sidecars of {', '.join(missing)} did not become ready within {timeout:.0f}s")
 
 
-def disable_lab_tls(lab: Lab) -> None:
+def disable_tls(site: Site) -> None:
     """Remove the redirects and stop the sidecars (the services are plaintext again)."""
-    store = StateStore(lab.name)
-    store.drop_tables(layer=Layer.TLS.value)
-    store.stop(layer=Layer.TLS.value)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
+    rt.drop_tables(layer=Layer.TLS.value)
+    rt.stop(layer=Layer.TLS.value)
     st = store.read()
     store.update(
         classes={c: v for c, v in st.classes.items() if v != Layer.TLS.value},
@@ -316,8 +336,9 @@ class Rotated:
     retired: Path  # directory keeping the old cert and (0600) key, for the refusal proof only
 
 
-def rotate_lab_tls(
-    lab: Lab,
+def rotate_tls(
+    site: Site,
+    policy: Policy,
     *,
     lifetime: timedelta | None = None,
     evidence: EvidenceStore | None = None,
@@ -328,12 +349,12 @@ def rotate_lab_tls(
     The old certificate and key are moved to ``<lab layer dir>/retired/<node>`` (key 0600) so that
     ``verify`` can prove the old credential is refused; :func:`forget_retired` deletes them.
     """
-    store = StateStore(lab.name)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     info = store.read().info.get("tls")
     if not info:
-        raise LayerError(f"TLS is not enabled in lab {lab.name}", hint="ringfence encrypt enable --layer tls ...")
+        raise LayerError(f"TLS is not enabled on {site.name}", hint="ringfence encrypt enable --layer tls ...")
     pdir = Path(info["pki"])
-    policy = lab_policy(lab)
     life = lifetime or pki.parse_duration(policy.keys.cert_lifetime, where="policy keys.cert_lifetime")
     out: list[Rotated] = []
     for node in sorted(nodes or info["nodes"]):
@@ -345,9 +366,12 @@ def rotate_lab_tls(
         os.replace(cert_dir / "key.pem", retired / "key.pem")
         shutil.copy2(cert_dir / "ca.pem", retired / "ca.pem")
         old, new = pki.rotate(pdir, cert_dir, lifetime=life)
+        push_credential(rt, node, cert_dir)
         out.append(Rotated(node, new.info.identity or "", old.fingerprint, new.info.fingerprint, retired))
     for r in out:  # revoked only once every replacement is in place: no moment without a valid credential
         pki.revoke(pdir, r.retired / "cert.pem")
+    publish_revocations(rt, info["nodes"])
+    for r in out:
         if evidence is not None:
             evidence.append(
                 RecordKind.KEY_EVENT,
@@ -369,24 +393,29 @@ def rotate_lab_tls(
     return tuple(out)
 
 
-def forget_retired(lab: Lab) -> None:
-    """Delete the retired credentials kept for the refusal proof."""
-    shutil.rmtree(StateStore(lab.name).directory / "retired", ignore_errors=True)
+def forget_retired(site: str) -> None:
+    """Delete the retired credentials kept (on the controller) for the refusal proof."""
+    shutil.rmtree(StateStore(site).directory / "retired", ignore_errors=True)
 
 
 def probe_request(
-    lab: Lab, node: str, cert_dir: Path, url: str, *, method: str = "GET", body: str = "", timeout: float = 5.0
+    site: Site, node: str, cert_dir: Path, url: str, *, method: str = "GET", body: str = "", timeout: float = 5.0
 ) -> dict[str, Any]:
     """One HTTPS request from ``node``'s address with the credential in ``cert_dir`` (not the node's sidecar).
+
+    The credential (on the controller) is written to the same path on ``node`` first, then the probe
+    runs there through the node's executor.
 
     Returns the outcome as a dict: ``outcome`` (``response`` | ``refused`` | ``closed`` | ``error``),
     ``status``, ``body``, ``server_fingerprint``, ``own_fingerprint``, ``error``.
     """
-    store = StateStore(lab.name)
-    revoked = pki_dir(lab, store) / "ca" / "revoked.txt"
-    argv = [
-        sys.executable,
-        "-m",
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
+    revoked = pki_dir(site.name, store) / "ca" / "revoked.txt"
+    push_credential(rt, node, cert_dir)
+    publish_revocations(rt, [node])
+    argv, env = rt.python(
+        node,
         "ringfence.secure.layers._tls_mesh",
         "probe",
         "--cert-dir",
@@ -403,10 +432,11 @@ def probe_request(
         str(MESH_MARK),
         "--timeout",
         str(timeout),
-    ]
-    res = lab.executor(node).run(
-        argv, timeout=timeout + 15, env={"PYTHONPATH": str(Path(pki.__file__).resolve().parents[2])}
     )
+    try:
+        res = rt.executor(node).run(argv, timeout=timeout + 15, env=env)
+    except TargetError as exc:
+        raise LayerError(f"TLS probe from {node}: {exc.message}") from exc
     try:
         out: dict[str, Any] = json.loads(res.stdout.decode())
     except ValueError as exc:
@@ -414,11 +444,14 @@ def probe_request(
     return out
 
 
-def read_events(lab: Lab, since: float = 0.0) -> list[dict[str, Any]]:
-    """Every sidecar's connection events (newest last) at or after ``since`` (epoch seconds)."""
+def read_events(site: Site, since: float = 0.0) -> list[dict[str, Any]]:
+    """Every sidecar's connection events (newest last) at or after ``since`` (epoch seconds), read on each node."""
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     out: list[dict[str, Any]] = []
-    for f in sorted((StateStore(lab.name).directory / "tls").glob("*.events.jsonl")):
-        for line in f.read_text(errors="replace").splitlines():
+    for node in sorted(store.read().nodes.get(Layer.TLS.value, [])):
+        data = rt.get(node, str(store.directory / "tls" / f"{node}.events.jsonl"))
+        for line in (data or b"").decode(errors="replace").splitlines():
             try:
                 ev = json.loads(line)
             except ValueError:
@@ -451,16 +484,17 @@ __all__ = [
     "Rotated",
     "TlsEnabled",
     "TlsNode",
-    "disable_lab_tls",
-    "enable_lab_tls",
+    "disable_tls",
+    "enable_tls",
     "forget_retired",
     "gate_port",
     "identity_of",
     "issue_expired",
     "issue_foreign",
-    "lab_policy",
     "pki_dir",
     "probe_request",
+    "publish_revocations",
+    "push_credential",
     "read_events",
-    "rotate_lab_tls",
+    "rotate_tls",
 ]

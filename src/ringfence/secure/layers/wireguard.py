@@ -15,6 +15,10 @@ before the tunnel came up move into it.
 or as marked WireGuard UDP; a packet from a peer is accepted only from the tunnel or as WireGuard
 UDP. Everything else is dropped and counted. If the tunnel breaks (daemon gone, route gone, keys
 wrong), collective traffic stops; it never falls back to plaintext.
+
+Everything on a node runs through that node's executor (:class:`~ringfence.secure.layers.runtime.Runtime`):
+the lab's namespaces and SSH hosts are driven by the same code. Keys are generated on the controller
+and reach a daemon only through a pipe (``wg set … private-key /dev/stdin``), never a command line.
 """
 
 from __future__ import annotations
@@ -30,9 +34,7 @@ from pathlib import Path
 from ringfence.enforce import nftables, nftrun
 from ringfence.enforce.interface import EnforceError
 from ringfence.evidence import EvidenceStore, RecordKind
-from ringfence.lab import Lab
 from ringfence.policy.model import Layer
-from ringfence.secure.layers._state import NftTable, StateStore, run
 from ringfence.secure.layers.interface import (
     Endpoint,
     LayerError,
@@ -44,7 +46,9 @@ from ringfence.secure.layers.interface import (
     Support,
     Transport,
 )
-from ringfence.targets.interface import Executor, TargetError
+from ringfence.secure.layers.runtime import NftTable, Runtime, StateStore, run_local
+from ringfence.targets import ops
+from ringfence.targets.interface import Executor, Site, TargetError
 
 LISTEN_PORT = 51820
 FWMARK = 0x5247
@@ -64,9 +68,9 @@ SCOPE = LayerScope(
 )
 
 
-def interface_name(lab: Lab) -> str:
-    """The tunnel interface of a lab (``<prefix>-wg``, within Linux's 15 characters)."""
-    return f"{lab.name}-wg"
+def interface_name(site: Site) -> str:
+    """The tunnel interface of a site (``<name>-wg``, within Linux's 15 characters)."""
+    return f"{site.name}-wg"
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class WgPeerState:
 
 @dataclass(frozen=True)
 class WgEnabled:
-    """What :func:`enable_lab_wireguard` did: the nodes and their public keys."""
+    """What :func:`enable_wireguard` did: the nodes and their public keys."""
 
     nodes: tuple[str, ...]
     interface: str
@@ -97,7 +101,7 @@ def _node_dir(store: StateStore, node: str) -> Path:
 def genkey(directory: Path, name: str = "private.key") -> tuple[Path, str]:
     """A new private key file (0600) in ``directory`` and its public key."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    priv = run(["wg", "genkey"], what="generating a WireGuard key").strip()
+    priv = run_local(["wg", "genkey"], what="generating a WireGuard key").strip()
     path = directory / name
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -109,40 +113,42 @@ def genkey(directory: Path, name: str = "private.key") -> tuple[Path, str]:
 class Node:
     """One worker's daemon: start it, and run ``wg``/``ip`` inside its namespaces."""
 
-    def __init__(self, lab: Lab, store: StateStore, node: str, *, label: str = "", ifname: str = "") -> None:
-        self.lab, self.store, self.node = lab, store, node
-        self.ifname = ifname or interface_name(lab)
+    def __init__(self, rt: Runtime, node: str, *, label: str = "", ifname: str = "") -> None:
+        self.rt, self.store, self.node = rt, rt.store, node
+        self.ifname = ifname or interface_name(rt.site)
         self.label = label or f"wg-{node}"
-        self.directory = _node_dir(store, node) if not label else store.directory / "wg" / label
-        self.namespace = lab.topology.namespace(node)
-        self.address = lab.topology.address(node)
+        self.directory = _node_dir(self.store, node) if not label else self.store.directory / "wg" / label
+        self.address = rt.site.address(node)
 
     def start(self, timeout: float = 10.0) -> int:
         """Start ``wireguard-go`` in a private mount namespace with this node's directory over ``/run``."""
         run_dir = self.directory / "run"
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.rt.run(self.node, ["sh", "-c", 'umask 077; mkdir -p "$0"', str(run_dir)],
+                    what=f"preparing WireGuard on {self.node}")
         # sh stays the parent (no exec) so its command line, which names our directory, identifies the group.
         script = 'mount --bind "$0/run" /run && wireguard-go -f "$1"'
-        pid = self.store.spawn(
-            self.namespace,
+        pid = self.rt.spawn(
             self.node,
             self.label,
             Layer.WIREGUARD.value,
             ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(self.directory), self.ifname],
         )
+        sock = str(run_dir / "wireguard" / f"{self.ifname}.sock")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if (run_dir / "wireguard" / f"{self.ifname}.sock").exists():
+            try:
+                waiting = ops.wait_for_files(self.rt.executor(self.node), [sock], seconds=0.5)
+            except TargetError as exc:
+                raise LayerError(f"cannot watch wireguard-go on {self.node}: {exc.message}") from exc
+            if not waiting:
                 return pid
-            if self.store.alive(self.label) is None:
-                log = self.store.directory / "logs" / f"{self.label}.log"
-                raise LayerError(f"wireguard-go in {self.node} exited: {log.read_text(errors='replace')[-500:]}")
-            time.sleep(0.05)
+            if self.rt.alive(self.label) is None:
+                raise LayerError(f"wireguard-go in {self.node} exited: {self.rt.log_tail(self.node, self.label, 500)}")
         raise LayerError(f"wireguard-go in {self.node} did not create its control socket within {timeout:.0f}s")
 
     def pid(self) -> int:
         """The daemon's pid (its mount namespace is where ``wg`` must run)."""
-        pid = self.store.alive(self.label)
+        pid = self.rt.alive(self.label)
         if pid is None:
             raise LayerError(f"the WireGuard daemon of {self.node} is not running")
         return pid
@@ -150,15 +156,16 @@ class Node:
     def wg(self, *args: str, stdin: bytes | None = None) -> str:
         """``wg ARGS`` against this node's daemon (inside its mount namespace, where our files are hidden by the
         bind mount over ``/run``: pass key material on ``stdin`` as ``/dev/stdin``)."""
-        return run(["nsenter", "-t", str(self.pid()), "-m", "-n", "wg", *args], what=f"wg on {self.node}", stdin=stdin)
+        return self.rt.run(self.node, ["nsenter", "-t", str(self.pid()), "-m", "-n", "wg", *args],
+                           what=f"wg on {self.node}", stdin=stdin)
 
     def set_private_key(self, path: Path) -> None:
         """Load the private key in ``path`` (0600) into the daemon through a pipe, never a command line."""
         self.wg("set", self.ifname, "private-key", "/dev/stdin", stdin=path.read_bytes())
 
     def ip(self, *args: str) -> str:
-        """``ip ARGS`` in this node's network namespace."""
-        return run(["ip", "-n", self.namespace, *args], what=f"ip on {self.node}")
+        """``ip ARGS`` on this node."""
+        return self.rt.run(self.node, ["ip", *args], what=f"ip on {self.node}")
 
     def peers(self) -> list[WgPeerState]:
         """The peers of this node's interface (``wg show IF dump``)."""
@@ -186,27 +193,28 @@ def _strict_ruleset(ifname: str, peers: list[str]) -> str:
     )
 
 
-def _enforcement_blocks_tunnel(lab: Lab, node: str) -> bool:
+def _enforcement_blocks_tunnel(site: Site, node: str) -> bool:
     """True when ringfence's own enforcement table is loaded on ``node`` and does not admit the tunnel's
     UDP port outbound: enabling WireGuard then would black-hole the collective."""
     try:
-        doc = nftrun.list_ruleset(lab.executor(node), family="inet", table=nftables.TABLE)
+        doc = nftrun.list_ruleset(site.executor(node), family="inet", table=nftables.TABLE)
     except EnforceError as exc:
         raise LayerError(f"{node}: cannot read the enforcement ruleset: {exc.message}") from exc
     return nftables.admits_outbound(doc, "udp", LISTEN_PORT) is False
 
 
-def enable_lab_wireguard(
-    lab: Lab, nodes: Iterable[str], *, strict: bool = True, evidence: EvidenceStore | None = None
+def enable_wireguard(
+    site: Site, nodes: Iterable[str], *, strict: bool = True, evidence: EvidenceStore | None = None
 ) -> WgEnabled:
     """Tunnel all traffic between ``nodes`` (workers) through WireGuard; with ``strict``, drop any that is not."""
     chosen = sorted(set(nodes))
     if len(chosen) < 2:
         raise LayerError("WireGuard needs at least two nodes", hint="--nodes worker-0,worker-1")
-    store = StateStore(lab.name)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     if store.read().nodes.get(Layer.WIREGUARD.value):
-        raise LayerError(f"WireGuard is already enabled in lab {lab.name}", hint="disable it first")
-    blocked = [n for n in chosen if _enforcement_blocks_tunnel(lab, n)]
+        raise LayerError(f"WireGuard is already enabled on {site.name}", hint="disable it first")
+    blocked = [n for n in chosen if _enforcement_blocks_tunnel(site, n)]
     if blocked:
         raise LayerError(
             f"ringfence enforcement on {', '.join(blocked)} does not approve the tunnel itself "
@@ -214,7 +222,7 @@ def enable_lab_wireguard(
             hint=f"approve it first, e.g. {{id: <job>-wireguard, from: {{job: <job>}}, to: {{job: <job>}}, "
             f"proto: udp, ports: '{LISTEN_PORT}-{LISTEN_PORT + 1}', class: collective}}, then `ringfence apply`",
         )
-    wnodes = {n: Node(lab, store, n) for n in chosen}
+    wnodes = {n: Node(rt, n) for n in chosen}
     keys = {n: genkey(w.directory) for n, w in wnodes.items()}
     try:
         for w in wnodes.values():
@@ -244,12 +252,12 @@ def enable_lab_wireguard(
             w.ip("rule", "add", "not", "fwmark", hex(FWMARK), "table", str(TABLE), "priority", "100")
         if strict:
             for n, w in wnodes.items():
-                store.add_table(
-                    NftTable(w.namespace, "inet", _NFT_TABLE, Layer.WIREGUARD.value),
+                rt.add_table(
+                    NftTable(n, "inet", _NFT_TABLE, Layer.WIREGUARD.value),
                     _strict_ruleset(w.ifname, [p.address for m, p in wnodes.items() if m != n]),
                 )
     except BaseException:
-        disable_lab_wireguard(lab)
+        disable_wireguard(site)
         raise
     pubs = {n: k[1] for n, k in keys.items()}
     st = store.read()
@@ -258,7 +266,7 @@ def enable_lab_wireguard(
         info={
             **st.info,
             "wireguard": {
-                "interface": interface_name(lab),
+                "interface": interface_name(site),
                 "public_keys": pubs,
                 "strict": strict,
                 "listen_port": LISTEN_PORT,
@@ -276,35 +284,41 @@ def enable_lab_wireguard(
         evidence.append(
             RecordKind.ACTION,
             source="secure:wireguard",
-            subject=f"lab {lab.name}",
+            subject=f"{site.kind} {site.name}",
             data={"event": "enabled", "nodes": chosen, "strict": strict},
         )
-    return WgEnabled(tuple(chosen), interface_name(lab), pubs)
+    return WgEnabled(tuple(chosen), interface_name(site), pubs)
 
 
-def set_collective_class(lab: Lab, classes: Iterable[str]) -> None:
-    """Record that WireGuard protects ``classes`` (the collective) in the lab's layer state."""
-    store = StateStore(lab.name)
+def set_collective_class(site: Site, classes: Iterable[str]) -> None:
+    """Record that WireGuard protects ``classes`` (the collective) in the site's layer state."""
+    store = StateStore(site.name)
     st = store.read()
     store.update(classes={**st.classes, **dict.fromkeys(classes, Layer.WIREGUARD.value)})
 
 
-def disable_lab_wireguard(lab: Lab) -> None:
+def disable_wireguard(site: Site) -> None:
     """Remove rules, routes, strict tables and daemons (the interfaces vanish with their daemons)."""
-    store = StateStore(lab.name)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     st = store.read()
-    for node in st.nodes.get(Layer.WIREGUARD.value, []) or [
-        p.node for p in st.processes if p.layer == Layer.WIREGUARD.value
-    ]:
-        ns = lab.topology.namespace(node)
-        subprocess.run(
-            ["ip", "-n", ns, "rule", "del", "not", "fwmark", hex(FWMARK), "table", str(TABLE)],
-            capture_output=True,
-            check=False,
-        )
-        subprocess.run(["ip", "-n", ns, "route", "flush", "table", str(TABLE)], capture_output=True, check=False)
-    store.drop_tables(layer=Layer.WIREGUARD.value)
-    store.stop(layer=Layer.WIREGUARD.value)
+    layer = Layer.WIREGUARD.value
+    nodes = st.nodes.get(layer, []) or [p.node for p in st.processes if p.layer == layer]
+    for node in sorted(set(nodes)):
+        ex = site.executor(node)
+        try:
+            # either may already be gone (a half-enabled tunnel): their exit status is not the point
+            ex.run(["ip", "rule", "del", "not", "fwmark", hex(FWMARK), "table", str(TABLE)], timeout=20)
+            ex.run(["ip", "route", "flush", "table", str(TABLE)], timeout=20)
+        except TargetError as exc:
+            raise LayerError(f"cannot remove WireGuard routing on {node}: {exc.message}") from exc
+    rt.drop_tables(layer=Layer.WIREGUARD.value)
+    rt.stop(layer=Layer.WIREGUARD.value)
+    for node in sorted(set(nodes)):
+        try:
+            ops.remove_tree(site.executor(node), str(store.directory / "wg"))
+        except TargetError as exc:
+            raise LayerError(f"cannot remove the WireGuard files on {node}: {exc.message}") from exc
     shutil.rmtree(store.directory / "wg", ignore_errors=True)
     st = store.read()
     store.update(
@@ -314,13 +328,14 @@ def disable_lab_wireguard(lab: Lab) -> None:
     )
 
 
-def strict_counters(lab: Lab, node: str) -> dict[str, int]:
+def strict_counters(site: Site, node: str) -> dict[str, int]:
     """Packets the strict mode dropped at ``node`` (``plaintext_out``, ``plaintext_in``)."""
-    ns = lab.topology.namespace(node)
+    rt = Runtime(site)
     out: dict[str, int] = {}
     for name in ("plaintext_out", "plaintext_in"):
-        text = run(
-            ["ip", "netns", "exec", ns, "nft", "list", "counter", "inet", _NFT_TABLE, name],
+        text = rt.run(
+            node,
+            ["nft", "list", "counter", "inet", _NFT_TABLE, name],
             what=f"reading strict-mode counters on {node}",
         )
         words = text.split()
@@ -328,9 +343,9 @@ def strict_counters(lab: Lab, node: str) -> dict[str, int]:
     return out
 
 
-def node_handle(lab: Lab, node: str) -> Node:
+def node_handle(site: Site, node: str) -> Node:
     """The running daemon of ``node``."""
-    return Node(lab, StateStore(lab.name), node)
+    return Node(Runtime(site), node)
 
 
 def random_public_key() -> str:
@@ -349,20 +364,21 @@ class WgRotated:
     retired_key: Path
 
 
-def rotate_lab_wireguard(lab: Lab, *, evidence: EvidenceStore | None = None) -> tuple[WgRotated, ...]:
+def rotate_wireguard(site: Site, *, evidence: EvidenceStore | None = None) -> tuple[WgRotated, ...]:
     """Give every tunnelled node a new static key while traffic runs (make-before-break where WireGuard allows).
 
     Per node: a new key; every peer learns the new public key (which takes over the allowed IPs at
     once), the node switches to it, the peers forget the old key. The old private key is moved to
     ``retired/`` for the refusal proof (:func:`probe_old_key`) and deleted by ``forget_retired``.
     """
-    store = StateStore(lab.name)
+    store = StateStore(site.name)
+    rt = Runtime(site, store)
     st = store.read()
     info = st.info.get("wireguard")
     if not info:
-        raise LayerError(f"WireGuard is not enabled in lab {lab.name}")
+        raise LayerError(f"WireGuard is not enabled on {site.name}")
     pubs: dict[str, str] = dict(info["public_keys"])
-    handles = {n: Node(lab, store, n) for n in pubs}
+    handles = {n: Node(rt, n) for n in pubs}
     out: list[WgRotated] = []
     for node, w in handles.items():
         retired = store.directory / "retired" / f"wg-{node}"
@@ -398,15 +414,15 @@ def rotate_lab_wireguard(lab: Lab, *, evidence: EvidenceStore | None = None) -> 
     return tuple(out)
 
 
-def probe_old_key(lab: Lab, node: str, retired_key: Path, peer: str, *, seconds: float = 3.0) -> bool:
+def probe_old_key(site: Site, node: str, retired_key: Path, peer: str, *, seconds: float = 3.0) -> bool:
     """Whether ``peer`` completes a handshake with ``node``'s *retired* key (it must not).
 
     A second, throwaway WireGuard interface in ``node`` holding the old key initiates to ``peer``
     (persistent keepalive forces the handshake); after ``seconds`` its latest handshake is read.
     """
-    store = StateStore(lab.name)
-    probe = Node(lab, store, node, label=f"wgprobe-{node}", ifname=f"{lab.name}-wgp")
-    target = Node(lab, store, peer)
+    rt = Runtime(site)
+    probe = Node(rt, node, label=f"wgprobe-{node}", ifname=f"{site.name}-wgp")
+    target = Node(rt, peer)
     target_pub = target.wg("show", target.ifname, "public-key").strip()
     probe.start()
     try:
@@ -431,7 +447,7 @@ def probe_old_key(lab: Lab, node: str, retired_key: Path, peer: str, *, seconds:
         time.sleep(seconds)
         return any(p.latest_handshake > 0 for p in probe.peers())
     finally:
-        store.stop(labels={probe.label})
+        rt.stop(labels={probe.label})
 
 
 class WireguardLayer:
@@ -529,14 +545,14 @@ __all__ = [
     "WgPeerState",
     "WgRotated",
     "WireguardLayer",
-    "disable_lab_wireguard",
-    "enable_lab_wireguard",
+    "disable_wireguard",
+    "enable_wireguard",
     "genkey",
     "interface_name",
     "node_handle",
     "probe_old_key",
     "random_public_key",
-    "rotate_lab_wireguard",
+    "rotate_wireguard",
     "set_collective_class",
     "strict_counters",
 ]

@@ -1,9 +1,9 @@
 """ringfence-transport: an authenticated-encrypted torch.distributed backend (see docs/transport.md).
 
-Importing this package registers the ``ringfence`` backend with torch.distributed when torch is
-installed — the same convention as torch's own backend plug-ins, so that
-``dist.init_process_group("ringfence")`` works after ``import ringfence.secure.transport``.
-Without torch, the protocol (handshake, records, ring schedules) is still importable.
+Registration is an explicit call: ``ringfence.secure.transport.register()`` makes
+``dist.init_process_group("ringfence")`` work (it needs torch). Importing this package registers
+nothing and never imports torch, so the protocol (handshake, records, ring schedules) is importable,
+and tested, without it.
 """
 
 from ringfence.secure.transport.config import TransportConfig, config_from_env, configure, current_config
@@ -13,19 +13,17 @@ from ringfence.secure.transport.wire import KeyEvent, RecordError, TransportErro
 BACKEND_NAME = "ringfence"
 
 
-def register_backend() -> None:
-    """Register the ``ringfence`` backend with torch.distributed (idempotent; needs torch)."""
+def register() -> None:
+    """Register the ``ringfence`` backend with torch.distributed (idempotent; imports torch)."""
+    # Imported here, not at module level: torch costs seconds and most users of this package
+    # (the CLI, the assessment, the protocol tests) never touch it.
     from ringfence.secure.transport import backend
 
     backend.register_backend()
 
 
-try:
-    import torch.distributed  # noqa: F401 - only probing whether torch is present
-except ImportError:  # torch is the optional "lab" extra; the protocol works without it
-    pass
-else:
-    register_backend()
+#: The name ``--plugin MODULE:FUNC`` and older docs use; the same function.
+register_backend = register
 
 __all__ = [
     "BACKEND_NAME",
@@ -37,5 +35,6 @@ __all__ = [
     "config_from_env",
     "configure",
     "current_config",
+    "register",
     "register_backend",
 ]

@@ -1,71 +1,71 @@
-"""The rollout's real parts in the lab: TLS (step 1), key rotation (step 2), WireGuard (steps 3 and 5), the benchmark.
+"""The rollout's real parts on any site: TLS (step 1), key rotation (step 2), WireGuard (steps 3, 5), the benchmark.
 
-Everything is built on :mod:`ringfence.secure.layers` and the lab drills of
-:mod:`ringfence.secure._verify_lab`; nothing here claims a result it did not observe:
+Everything is built on :mod:`ringfence.secure.layers` and the drills of :mod:`ringfence.secure.drills`,
+and acts only through the site's executors — the lab's namespaces or SSH hosts alike. Nothing here
+claims a result it did not observe:
 
-* :class:`LabTlsAction` — enables mutual TLS 1.3 on storage, management and replication
-  (``enable_lab_tls``), then captures the lab and requires, per class, zero plaintext payload bytes
+* :class:`TlsAction` — enables mutual TLS 1.3 on storage, management and replication
+  (``enable_tls``), then captures the fabric and requires, per class, zero plaintext payload bytes
   and TLS on the wire (no traffic of a class: ``unknown``).
-* :class:`LabKeyAction` — rotates every certificate while the job runs (``rotate_under_load``),
+* :class:`KeyAction` — rotates every certificate while the job runs (``rotate_under_load``),
   then requires: the job survived, the new fingerprints are the ones in use, the old certificate
   is refused, expired / revoked / foreign-CA credentials are refused while the current one is
   accepted, and no certificate outlives the policy's ``keys.cert_lifetime``.
-* :class:`WireguardLabLayer` — the ``wireguard`` :class:`~ringfence.rollout.interface.CollectiveLayer`:
+* :class:`WireguardLayer` — the ``wireguard`` :class:`~ringfence.rollout.interface.CollectiveLayer`:
   userspace wireguard-go in strict mode between the chosen workers; verified by a plaintext probe
   sent between them during a capture (delivered, never seen on the wire, only WireGuard there),
   handshakes and the strict-mode tables; disabled and checked gone on rollback.
-* :class:`LabBenchmarker` — the all-reduce benchmark with one rank in each node's namespace. It
-  stops the lab's own traffic (its worker agents run a gloo loop and TLS sidecars of their own) for
-  the measurement so baseline and candidate see the same quiet machine, and notes how many bytes
-  the WireGuard tunnel carried meanwhile — proof that a candidate ran over the layer it names.
+* :class:`Benchmarker` — the all-reduce benchmark with one rank on each node, through its executor.
+  When the cluster can pause its own job (:class:`Quiet`; the lab can), it does so for the
+  measurement so baseline and candidate see the same quiet machine, and notes how many bytes the
+  WireGuard tunnel carried meanwhile — proof that a candidate ran over the layer it names.
 
-The lab is found lazily (the only running lab, unless one is given), so the zero-argument
-factories (``--actions ringfence.rollout.lab_actions:lab_actions``, ``LAYERS["wireguard"]``) cost
-nothing until a step actually runs — a refused step never touches the lab.
+The cluster is found lazily through a :class:`ClusterRef` (a resolver called on first use), so
+zero-argument factories cost nothing until a step actually runs — a refused step touches nothing.
+The lab's factories (:mod:`ringfence.lab.rollout`) are one such resolver.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
 from ringfence.bench.driver import BenchSpec, RankSpec
-from ringfence.bench.placement import lab_ranks
+from ringfence.bench.placement import site_ranks
 from ringfence.bench.run import BenchRun
 from ringfence.controls.interface import Verdict
 from ringfence.errors import RingfenceError
 from ringfence.evidence import EvidenceStore
-from ringfence.lab import Lab
 from ringfence.policy.model import Layer
 from ringfence.rollout.interface import ArmSettings, Outcome, RolloutError
 from ringfence.rollout.layers import AllReduceBenchmarker
-from ringfence.secure import _verify_lab, pki, verify
-from ringfence.secure._verify_types import CredentialCheck, RotationResult
+from ringfence.secure import drills, pki, verify
+from ringfence.secure.drills import Cluster
 from ringfence.secure.layers import tls, wireguard
-from ringfence.secure.layers._state import StateStore
 from ringfence.secure.layers.interface import LayerError
-from ringfence.targets.interface import Process
+from ringfence.secure.layers.runtime import Runtime, StateStore
+from ringfence.secure.verify_types import CredentialCheck, RotationResult
+from ringfence.targets.interface import Process, RunResult, TargetError
 
 __all__ = [
     "PROTECTED_CLASSES",
-    "LabActions",
-    "LabBenchmarker",
-    "LabKeyAction",
-    "LabRef",
-    "LabTlsAction",
-    "WireguardLabLayer",
-    "lab_actions",
+    "Benchmarker",
+    "ClusterRef",
+    "KeyAction",
+    "Quiet",
+    "StepActions",
+    "TlsAction",
+    "WireguardLayer",
+    "step_actions",
 ]
 
 #: The classes step 1 protects with TLS (the collective is steps 3–5).
@@ -74,18 +74,32 @@ _TLS_WIRE = frozenset(tls.SCOPE.wire_protocols)
 _WG_WIRE = frozenset(wireguard.SCOPE.wire_protocols)
 
 
-class LabRef:
-    """A lab given now, or the one found on first use: by name, else ``$RINGFENCE_LAB`` (so the CLI's
-    zero-argument factories can be pointed at one lab while others run), else the only running lab."""
+@runtime_checkable
+class Quiet(Protocol):
+    """A cluster that can pause its own workload for a measurement (the lab's job can; a real one may not)."""
 
-    def __init__(self, lab: Lab | None = None, name: str | None = None) -> None:
-        self._lab, self._name = lab, name or os.environ.get("RINGFENCE_LAB") or None
+    def stop_traffic(self) -> None:
+        """Pause the workload's traffic."""
 
-    def get(self) -> Lab:
-        """The lab; :class:`~ringfence.lab.LabError` when none (or several, without a name) is running."""
-        if self._lab is None:
-            self._lab = Lab.attach(self._name)
-        return self._lab
+    def start_traffic(self, *, wait: bool = True, timeout: float = 90.0) -> None:
+        """Resume it (and wait until it flows again)."""
+
+
+class ClusterRef:
+    """A cluster given now, or the one ``resolve`` returns on first use (and keeps)."""
+
+    def __init__(self, cluster: Cluster | None = None, resolve: Callable[[], Cluster] | None = None) -> None:
+        if cluster is None and resolve is None:
+            raise RolloutError("a rollout action needs a cluster or a way to find one")
+        self._cluster, self._resolve = cluster, resolve
+
+    def get(self) -> Cluster:
+        """The cluster (resolved once)."""
+        if self._cluster is None:
+            assert self._resolve is not None
+            self._cluster = self._resolve()
+        return self._cluster
+
 
 
 def _failed(what: str, exc: RingfenceError) -> Outcome:
@@ -93,15 +107,15 @@ def _failed(what: str, exc: RingfenceError) -> Outcome:
     return Outcome(Verdict.FAIL, f"{what}: {exc.message}{hint}", {"error": exc.message})
 
 
-def _capture(lab: Lab, seconds: float, workdir: Path | None, name: str) -> tuple[pa.Table, str | None]:
+def _capture(lab: Cluster, seconds: float, workdir: Path | None, name: str) -> tuple[pa.Table, str | None]:
     """Classified flows of ``seconds`` of the lab's traffic; the pcap is kept only in ``workdir``."""
-    policy = tls.lab_policy(lab)
+    policy = lab.policy()
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.pcap"
-        return _verify_lab.capture_flows(lab, seconds, path, policy), str(path)
+        return drills.capture_flows(lab, seconds, path, policy), str(path)
     with tempfile.TemporaryDirectory(prefix="ringfence-rollout-") as tmp:
-        return _verify_lab.capture_flows(lab, seconds, Path(tmp) / f"{name}.pcap", policy), None
+        return drills.capture_flows(lab, seconds, Path(tmp) / f"{name}.pcap", policy), None
 
 
 def _class_row(c: verify.ClassBytes) -> dict[str, Any]:
@@ -112,24 +126,24 @@ def _class_row(c: verify.ClassBytes) -> dict[str, Any]:
 # --- step 1 ---------------------------------------------------------------------------------------
 
 
-class LabTlsAction:
+class TlsAction:
     """Step 1: mutual TLS 1.3 on storage, management and replication, proven by a capture per class."""
 
     name = "tls on storage, management, replication"
 
-    def __init__(self, lab: LabRef, *, evidence: EvidenceStore | None = None,
+    def __init__(self, lab: ClusterRef, *, evidence: EvidenceStore | None = None,
                  classes: Sequence[str] = PROTECTED_CLASSES, capture_s: float = 5.0,
                  workdir: Path | None = None) -> None:
         """``capture_s`` must cover at least one checkpoint replication (every ~5 worker steps)."""
         self.lab, self.evidence, self.classes = lab, evidence, tuple(classes)
         self.capture_s, self.workdir = capture_s, workdir
 
-    def _in_force(self, lab: Lab) -> dict[str, Any] | None:
-        st = StateStore(lab.name).read()
+    def _in_force(self, lab: Cluster) -> dict[str, Any] | None:
+        st = StateStore(lab.site().name).read()
         covered = {c for c, layer in st.classes.items() if layer == Layer.TLS.value}
         nodes = st.nodes.get(Layer.TLS.value, [])
-        store = StateStore(lab.name)
-        if set(self.classes) <= covered and nodes and all(store.alive(f"tls-{n}") for n in nodes):
+        rt = Runtime(lab.site())
+        if set(self.classes) <= covered and nodes and all(rt.alive(f"tls-{n}") for n in nodes):
             info: dict[str, Any] = st.info.get("tls", {})
             return info
         return None
@@ -140,10 +154,10 @@ class LabTlsAction:
             lab = self.lab.get()
             info = self._in_force(lab)
             if info is not None:
-                return Outcome(Verdict.PASS, f"TLS already in force on {', '.join(self.classes)} in lab {lab.name}",
+                return Outcome(Verdict.PASS, f"TLS already in force on {', '.join(self.classes)} on {lab.site().name}",
                                {"classes": list(self.classes), "ca_fingerprint": info.get("ca_fingerprint"),
                                 "nodes": info.get("nodes", {}), "changed": False})
-            done = tls.enable_lab_tls(lab, self.classes, evidence=self.evidence)
+            done = tls.enable_tls(lab.site(), lab.policy(), self.classes, evidence=self.evidence)
         except RingfenceError as exc:
             return _failed("enabling TLS", exc)
         return Outcome(Verdict.PASS,
@@ -158,9 +172,9 @@ class LabTlsAction:
         try:
             lab = self.lab.get()
             flows, pcap = _capture(lab, self.capture_s, self.workdir, "step1-tls")
-            breakdown = {c.traffic_class: c for c in verify.class_breakdown(flows, tls.lab_policy(lab))}
+            breakdown = {c.traffic_class: c for c in verify.class_breakdown(flows, lab.policy())}
         except RingfenceError as exc:
-            return Outcome(Verdict.UNKNOWN, f"could not capture the lab: {exc.message}", {"error": exc.message})
+            return Outcome(Verdict.UNKNOWN, f"could not capture the fabric: {exc.message}", {"error": exc.message})
         rows = {c: breakdown[c] for c in self.classes}
         data: dict[str, Any] = {"capture_s": self.capture_s, "pcap": pcap,
                                 "classes": {c: _class_row(r) for c, r in rows.items()}}
@@ -180,12 +194,12 @@ class LabTlsAction:
 # --- step 2 ---------------------------------------------------------------------------------------
 
 
-class LabKeyAction:
+class KeyAction:
     """Step 2: rotate the certificates under load, then prove the rotation and the key management."""
 
     name = "certificate rotation under load"
 
-    def __init__(self, lab: LabRef, *, evidence: EvidenceStore | None = None, settle_s: float = 4.0) -> None:
+    def __init__(self, lab: ClusterRef, *, evidence: EvidenceStore | None = None, settle_s: float = 4.0) -> None:
         """``settle_s``: how long the job must keep stepping after the rotation before it is judged."""
         self.lab, self.evidence, self.settle_s = lab, evidence, settle_s
         self._rotation: tuple[RotationResult, ...] | None = None
@@ -194,9 +208,9 @@ class LabKeyAction:
         """Rotate every enabled layer's keys (TLS certificates; WireGuard keys if on) while the job runs."""
         try:
             lab = self.lab.get()
-            if "tls" not in StateStore(lab.name).read().info:
-                return Outcome(Verdict.FAIL, f"TLS is not enabled in lab {lab.name}: step 1 comes first")
-            self._rotation = _verify_lab.rotate_under_load(lab, settle=self.settle_s, evidence=self.evidence)
+            if "tls" not in StateStore(lab.site().name).read().info:
+                return Outcome(Verdict.FAIL, f"TLS is not enabled on {lab.site().name}: step 1 comes first")
+            self._rotation = drills.rotate_under_load(lab, settle=self.settle_s, evidence=self.evidence)
         except RingfenceError as exc:
             return _failed("rotating keys under load", exc)
         rows = [{"layer": r.layer, "nodes": list(r.nodes), "old": list(r.old_ids), "new": list(r.new_ids), "at": r.at}
@@ -211,9 +225,9 @@ class LabKeyAction:
         try:
             lab = self.lab.get()
             with tempfile.TemporaryDirectory(prefix="ringfence-rollout-creds-") as tmp:
-                creds = _verify_lab.credential_checks(lab, Path(tmp))
-            lifetime = pki.parse_duration(tls.lab_policy(lab).keys.cert_lifetime, where="policy keys.cert_lifetime")
-            certs = [i for i in _verify_lab.inventory(lab) if i.get("kind") == "certificate"]
+                creds = drills.credential_checks(lab, Path(tmp))
+            lifetime = pki.parse_duration(lab.policy().keys.cert_lifetime, where="policy keys.cert_lifetime")
+            certs = [i for i in drills.inventory(lab) if i.get("kind") == "certificate"]
         except RingfenceError as exc:
             return Outcome(Verdict.UNKNOWN, f"could not check credentials: {exc.message}", {"error": exc.message})
         latest = datetime.now(UTC) + lifetime + timedelta(minutes=5)  # slack for issuing time and clock steps
@@ -252,18 +266,17 @@ def _cred_row(c: CredentialCheck) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class LabActions:
+class StepActions:
     """What ``rollout advance --actions`` loads: the step-1 and step-2 actions."""
 
-    tls: LabTlsAction
-    keys: LabKeyAction
+    tls: TlsAction
+    keys: KeyAction
 
 
-def lab_actions(lab: Lab | None = None, *, evidence: EvidenceStore | None = None,
-                workdir: Path | None = None) -> LabActions:
-    """Steps 1–2 for ``lab`` (default: the only running lab, found when a step runs)."""
-    ref = LabRef(lab)
-    return LabActions(LabTlsAction(ref, evidence=evidence, workdir=workdir), LabKeyAction(ref, evidence=evidence))
+def step_actions(ref: ClusterRef, *, evidence: EvidenceStore | None = None,
+                 workdir: Path | None = None) -> StepActions:
+    """Steps 1–2 on the cluster ``ref`` finds (when a step runs)."""
+    return StepActions(TlsAction(ref, evidence=evidence, workdir=workdir), KeyAction(ref, evidence=evidence))
 
 
 # --- steps 3 and 5 --------------------------------------------------------------------------------
@@ -312,13 +325,13 @@ while time.monotonic() < end:  # until stopped: the capture's start-up time is n
 """
 
 
-def _strict(lab: Lab, nodes: Sequence[str]) -> tuple[dict[str, dict[str, int]], list[str]]:
+def _strict(lab: Cluster, nodes: Sequence[str]) -> tuple[dict[str, dict[str, int]], list[str]]:
     """Strict-mode drop counters per node, and the nodes whose strict-mode table is missing."""
     drops: dict[str, dict[str, int]] = {}
     missing: list[str] = []
     for n in nodes:
         try:
-            drops[n] = wireguard.strict_counters(lab, n)
+            drops[n] = wireguard.strict_counters(lab.site(), n)
         except LayerError:
             missing.append(n)
     return drops, missing
@@ -335,7 +348,7 @@ def _ring(nodes: Sequence[str]) -> list[tuple[str, str]]:
 class _Probes:
     """Plaintext marker streams between node pairs, for as long as the ``with`` block runs."""
 
-    def __init__(self, lab: Lab, pairs: Sequence[tuple[str, str]], directory: Path) -> None:
+    def __init__(self, lab: Cluster, pairs: Sequence[tuple[str, str]], directory: Path) -> None:
         self.lab, self.pairs, self.directory = lab, list(pairs), directory
         self.delivered: dict[tuple[str, str], int] = {}
         self._running: list[tuple[tuple[str, str], Process, Process, Path]] = []
@@ -345,10 +358,11 @@ class _Probes:
             for i, (a, b) in enumerate(self.pairs):
                 port = str(random.randint(40000, 49999))
                 out = self.directory / f"probe-{i}.out"
-                server = self.lab.executor(b).spawn([sys.executable, "-c", _SERVER, self.lab.topology.address(b), port],
-                                                    stdout=out, stderr=self.directory / f"probe-{i}.server.err")
-                client = self.lab.executor(a).spawn(
-                    [sys.executable, "-c", _CLIENT, self.lab.topology.address(b), port, _MARKER.decode()],
+                site = self.lab.site()
+                server = site.executor(b).spawn([*site.host(b).python, "-c", _SERVER, site.address(b), port],
+                                                stdout=out, stderr=self.directory / f"probe-{i}.server.err")
+                client = site.executor(a).spawn(
+                    [*site.host(a).python, "-c", _CLIENT, site.address(b), port, _MARKER.decode()],
                     stderr=self.directory / f"probe-{i}.client.err")
                 self._running.append(((a, b), server, client, out))
         except BaseException:
@@ -371,21 +385,21 @@ class _Probes:
         self._running = []
 
 
-class WireguardLabLayer:
+class WireguardLayer:
     """WireGuard (userspace wireguard-go, strict mode) on the collective path between lab workers."""
 
     name = "wireguard"
     encrypts = True
 
-    def __init__(self, lab: Lab | None = None, *, evidence: EvidenceStore | None = None, verify_s: float = 3.0,
+    def __init__(self, lab: ClusterRef, *, evidence: EvidenceStore | None = None, verify_s: float = 3.0,
                  workdir: Path | None = None) -> None:
-        """With no arguments (``LAYERS["wireguard"]``): the only running lab, found on first use."""
-        self.lab = LabRef(lab)
+        """``lab``: the cluster (found on first use)."""
+        self.lab = lab
         self.evidence, self.verify_s, self.workdir = evidence, verify_s, workdir
 
     @staticmethod
-    def _on(lab: Lab) -> set[str]:
-        return set(StateStore(lab.name).read().nodes.get(Layer.WIREGUARD.value, []))
+    def _on(lab: Cluster) -> set[str]:
+        return set(StateStore(lab.site().name).read().nodes.get(Layer.WIREGUARD.value, []))
 
     def enable(self, nodes: Sequence[str]) -> Outcome:
         """Tunnel ``nodes`` (with any already tunnelled: the tunnel set is rebuilt on the union)."""
@@ -397,10 +411,10 @@ class WireguardLabLayer:
                                {"nodes": sorted(before), "changed": False})
             if before:
                 # the lab driver builds a tunnel set in one go; widening it means rebuilding it
-                wireguard.disable_lab_wireguard(lab)
-            done = wireguard.enable_lab_wireguard(lab, sorted(before | set(nodes)), strict=True,
-                                                  evidence=self.evidence)
-            wireguard.set_collective_class(lab, ["collective"])
+                wireguard.disable_wireguard(lab.site())
+            done = wireguard.enable_wireguard(lab.site(), sorted(before | set(nodes)), strict=True,
+                                              evidence=self.evidence)
+            wireguard.set_collective_class(lab.site(), ["collective"])
         except RingfenceError as exc:
             return _failed("enabling WireGuard", exc)
         return Outcome(Verdict.PASS,
@@ -435,15 +449,15 @@ class WireguardLabLayer:
                     round_dir = Path(tmp) / f"round-{attempt}"  # probe outputs are appended to: one dir a round
                     round_dir.mkdir()
                     with _Probes(lab, _ring(nodes), round_dir) as probes:
-                        flows = _verify_lab.capture_flows(lab, self.verify_s, pcap, tls.lab_policy(lab))
+                        flows = drills.capture_flows(lab, self.verify_s, pcap, lab.policy())
                     marker_seen = pcap.read_bytes().count(_MARKER)
                     if marker_seen or all(probes.delivered.values()):
                         break
-            peers = {n: wireguard.node_handle(lab, n).peers() for n in nodes}
+            peers = {n: wireguard.node_handle(lab.site(), n).peers() for n in nodes}
             drops, no_strict = _strict(lab, nodes)
         except RingfenceError as exc:
             return Outcome(Verdict.UNKNOWN, f"could not observe WireGuard: {exc.message}", {"error": exc.message})
-        addrs = {lab.topology.address(n) for n in nodes}
+        addrs = {lab.site().address(n) for n in nodes}
         rows = [r for r in flows.select(["src", "dst", "protection", "protocol", "payload_bytes"]).to_pylist()
                 if r["src"] in addrs and r["dst"] in addrs]
         plain = sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext")
@@ -481,10 +495,10 @@ class WireguardLabLayer:
         try:
             lab = self.lab.get()
             keep = sorted(self._on(lab) - set(nodes))
-            wireguard.disable_lab_wireguard(lab)
+            wireguard.disable_wireguard(lab.site())
             if len(keep) >= 2:
-                wireguard.enable_lab_wireguard(lab, keep, strict=True, evidence=self.evidence)
-                wireguard.set_collective_class(lab, ["collective"])
+                wireguard.enable_wireguard(lab.site(), keep, strict=True, evidence=self.evidence)
+                wireguard.set_collective_class(lab.site(), ["collective"])
             left = {n: self._residue(lab, n) for n in nodes}
         except RingfenceError as exc:
             return _failed("disabling WireGuard", exc)
@@ -497,16 +511,26 @@ class WireguardLabLayer:
                                      "table, policy rule and routes gone" +
                        (f"; still tunnelled: {', '.join(keep)}" if len(keep) >= 2 else ""), data)
 
-    def _residue(self, lab: Lab, node: str) -> list[str]:
-        ns = lab.topology.namespace(node)
+    def _residue(self, lab: Cluster, node: str) -> list[str]:
+        site = lab.site()
+        ex = site.executor(node)
+
+        def run(argv: list[str]) -> RunResult:
+            try:
+                return ex.run(argv, timeout=20)
+            except TargetError as exc:
+                raise RolloutError(f"cannot inspect {node}: {exc.message}") from exc
+
         out = []
-        if _run(["ip", "-n", ns, "link", "show", "dev", wireguard.interface_name(lab)]).returncode == 0:
-            out.append(f"interface {wireguard.interface_name(lab)}")
-        if _run(["ip", "netns", "exec", ns, "nft", "list", "table", "inet", "rf_wg"]).returncode == 0:
+        ifname = wireguard.interface_name(site)
+        if run(["ip", "link", "show", "dev", ifname]).returncode == 0:
+            out.append(f"interface {ifname}")
+        if run(["nft", "list", "table", "inet", "rf_wg"]).returncode == 0:
             out.append("strict-mode table")
-        if f"lookup {wireguard.TABLE}" in _run(["ip", "-n", ns, "rule", "show"]).stdout.decode(errors="replace"):
+        if f"lookup {wireguard.TABLE}" in run(["ip", "rule", "show"]).stdout.decode(errors="replace"):
             out.append(f"policy rule to table {wireguard.TABLE}")
-        if any(p.layer == Layer.WIREGUARD.value and p.node == node for p in StateStore(lab.name).read().processes):
+        procs = StateStore(site.name).read().processes
+        if any(p.layer == Layer.WIREGUARD.value and p.node == node for p in procs):
             out.append("wireguard-go daemon")
         return out
 
@@ -518,42 +542,44 @@ class WireguardLabLayer:
 # --- the benchmark --------------------------------------------------------------------------------
 
 
-def _tunnel_bytes(lab: Lab, nodes: Sequence[str]) -> dict[str, int] | None:
+def _tunnel_bytes(lab: Cluster, nodes: Sequence[str]) -> dict[str, int] | None:
     """rx+tx bytes of each tunnelled node's peers among ``nodes``; None when WireGuard is not on all of them."""
-    on = WireguardLabLayer._on(lab)
+    on = WireguardLayer._on(lab)
     if not set(nodes) <= on:
         return None
-    addrs = {lab.topology.address(n) for n in nodes}
-    return {n: sum(p.rx_bytes + p.tx_bytes for p in wireguard.node_handle(lab, n).peers()
+    addrs = {lab.site().address(n) for n in nodes}
+    return {n: sum(p.rx_bytes + p.tx_bytes for p in wireguard.node_handle(lab.site(), n).peers()
                    if p.allowed_ips.split("/")[0] in addrs) for n in nodes}
 
 
-class LabBenchmarker:
+class Benchmarker:
     """The all-reduce benchmark on lab nodes (one rank in each node's namespace), on a quiet lab."""
 
-    def __init__(self, spec: BenchSpec, lab: Lab | None = None, *, quiet: bool = True,
+    def __init__(self, spec: BenchSpec, lab: ClusterRef, *, quiet: bool = True,
                  traffic_timeout_s: float = 90.0) -> None:
-        """``quiet``: stop the lab's own traffic while measuring (restarted after, also on failure)."""
-        self.spec, self.lab, self.quiet, self.traffic_timeout_s = spec, LabRef(lab), quiet, traffic_timeout_s
+        """``quiet``: pause the cluster's own traffic while measuring, when it can (restarted after, also on
+        failure)."""
+        self.spec, self.lab, self.quiet, self.traffic_timeout_s = spec, lab, quiet, traffic_timeout_s
         self.last_tunnel_bytes: Mapping[str, int] | None = None
 
     def _ranks(self, nodes: Sequence[str]) -> list[RankSpec]:
-        return lab_ranks(list(nodes), lab_name=self.lab.get().name)
+        return site_ranks(self.lab.get().site(), nodes)
 
     def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings) -> BenchRun:
         """One benchmark run labelled ``layer``; its notes say what the tunnel carried meanwhile."""
         lab = self.lab.get()
         notes: list[str] = []
-        if self.quiet:
-            lab.stop_traffic()
-            notes.append("the lab's own traffic was stopped during the measurement")
+        quiet = lab if self.quiet and isinstance(lab, Quiet) else None
+        if quiet is not None:
+            quiet.stop_traffic()
+            notes.append("the cluster's own traffic was stopped during the measurement")
         try:
             before = _tunnel_bytes(lab, nodes)
             run = AllReduceBenchmarker(self.spec, self._ranks).measure(nodes, layer, arm)
             after = _tunnel_bytes(lab, nodes)
         finally:
-            if self.quiet:
-                lab.start_traffic(wait=True, timeout=self.traffic_timeout_s)
+            if quiet is not None:
+                quiet.start_traffic(wait=True, timeout=self.traffic_timeout_s)
         self.last_tunnel_bytes = None
         if before is not None and after is not None:
             self.last_tunnel_bytes = carried = {n: after[n] - before[n] for n in nodes}
@@ -561,7 +587,7 @@ class LabBenchmarker:
                          + " (rx+tx) during the measurement")
         else:
             notes.append(f"no WireGuard tunnel between {', '.join(nodes)}: the ranks used the plain path")
-        if layer == WireguardLabLayer.name:
+        if layer == WireguardLayer.name:
             # each rank sends at least one message's worth per all-reduce (2 ranks: exactly size, plus headers)
             least = sum(self.spec.sizes) * (self.spec.warmup + self.spec.iterations) * self.spec.repeats
             short = [n for n in nodes if self.last_tunnel_bytes is None or self.last_tunnel_bytes[n] < least]

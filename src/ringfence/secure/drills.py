@@ -1,7 +1,11 @@
-"""The live drills of ``ringfence verify keys --target lab``: rotation under load, fail-closed, refused credentials.
+"""The live drills of ``ringfence verify keys``: rotation under load, fail-closed, refused credentials.
 
-Each drill measures and returns a record (:mod:`ringfence.secure._verify_types`) whose verdict
+Each drill measures and returns a record (:mod:`ringfence.secure.verify_types`) whose verdict
 follows from the measurements; it always undoes what it broke, also when it fails.
+
+A drill needs more than a site's executors: it watches the training job make progress and captures
+the fabric while it breaks a key. What it needs is the small :class:`Cluster` protocol — the lab
+provides it, and so can any cluster whose job reports progress — so nothing here knows the lab.
 """
 
 from __future__ import annotations
@@ -16,20 +20,45 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ringfence.analyze import classify
 from ringfence.controls.interface import Verdict
-from ringfence.lab import Lab
 from ringfence.observe.flows.pcap import PcapReader
 from ringfence.policy import Policy
 from ringfence.secure import pki
-from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
 from ringfence.secure.layers import tls, wireguard
-from ringfence.secure.layers._state import StateStore
 from ringfence.secure.layers.interface import LayerError
+from ringfence.secure.layers.runtime import Runtime, StateStore
+from ringfence.secure.verify_types import CredentialCheck, FailClosedResult, RotationResult
+from ringfence.targets.interface import Site
+
+
+class Cluster(Protocol):
+    """What a drill observes and acts on: the site's hosts, its policy, the job's progress, a fabric capture."""
+
+    def site(self) -> Site:
+        """The hosts, each behind its executor."""
+        ...
+
+    def policy(self) -> Policy:
+        """The cluster's policy (jobs, services, classes)."""
+        ...
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        """The workload's progress: ``<node>-<agent>`` → ``{"counters": {...}, ...}``."""
+        ...
+
+    def capture(self, seconds: float, out_path: Path) -> object:
+        """Capture ``seconds`` of the fabric into one pcap at ``out_path``."""
+        ...
+
+    def workers_alive(self) -> bool:
+        """Whether every training rank still runs."""
+        ...
+
 
 _WORKER_FAILS = (
     "shard_failed",
@@ -41,24 +70,24 @@ _WORKER_FAILS = (
 )
 
 
-def capture_flows(lab: Lab, seconds: float, path: Path, policy: Policy) -> pa.Table:
-    """Capture ``seconds`` of the lab into ``path`` and return the classified flows."""
-    lab.capture(seconds, path)
+def capture_flows(cluster: Cluster, seconds: float, path: Path, policy: Policy) -> pa.Table:
+    """Capture ``seconds`` of the cluster into ``path`` and return the classified flows."""
+    cluster.capture(seconds, path)
     return classify(PcapReader().read(path).flows, policy)
 
 
 class _Sampler:
     """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
 
-    def __init__(self, lab: Lab, workers: tuple[str, ...]) -> None:
-        self.lab, self.workers = lab, workers
+    def __init__(self, cluster: Cluster, workers: tuple[str, ...]) -> None:
+        self.cluster, self.workers = cluster, workers
         self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            st = self.lab.agent_status()
+            st = self.cluster.agent_status()
             self.samples.append(
                 (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers})
             )
@@ -92,25 +121,21 @@ def _max_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(points, points[1:], strict=False))
 
 
-def _workers(lab: Lab) -> tuple[str, ...]:
-    return tuple(m for j in lab.topology.jobs for m in j.members)
+def _workers(cluster: Cluster) -> tuple[str, ...]:
+    return tuple(m for j in cluster.policy().jobs for m in j.members)
 
 
-def _ranks_alive(lab: Lab) -> bool:
-    return all(p.alive for n in lab.status().nodes for p in n.processes if p.label.endswith("-worker"))
-
-
-def rotate_under_load(lab: Lab, *, settle: float = 4.0, evidence: Any = None) -> tuple[RotationResult, ...]:
+def rotate_under_load(cluster: Cluster, *, settle: float = 4.0, evidence: Any = None) -> tuple[RotationResult, ...]:
     """Rotate every enabled layer's keys (TLS certificates, WireGuard keys) while the job runs, and judge it."""
-    store = StateStore(lab.name)
+    store = StateStore(cluster.site().name)
     enabled = store.read()
-    workers = _workers(lab)
+    workers = _workers(cluster)
     results: list[RotationResult] = []
-    with _Sampler(lab, workers) as sampler:
+    with _Sampler(cluster, workers) as sampler:
         time.sleep(2.0)  # a baseline of steps before the rotation
         t_rot = time.time()
-        tls_rot = tls.rotate_lab_tls(lab, evidence=evidence) if "tls" in enabled.info else ()
-        wg_rot = wireguard.rotate_lab_wireguard(lab, evidence=evidence) if "wireguard" in enabled.info else ()
+        tls_rot = tls.rotate_tls(cluster.site(), cluster.policy(), evidence=evidence) if "tls" in enabled.info else ()
+        wg_rot = wireguard.rotate_wireguard(cluster.site(), evidence=evidence) if "wireguard" in enabled.info else ()
         t_done = time.time()
         deadline = t_done + settle + 10.0
         # wait until every rank stepped and wrote a checkpoint after the rotation (or the deadline)
@@ -129,7 +154,7 @@ def rotate_under_load(lab: Lab, *, settle: float = 4.0, evidence: Any = None) ->
     allreduce_failed = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
     ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
     steps_after = all(any(t > t_done for t in steps[w]) for w in workers)
-    survived = _ranks_alive(lab) and allreduce_failed == 0 and steps_after and ckpt_after
+    survived = cluster.workers_alive() and allreduce_failed == 0 and steps_after and ckpt_after
     job = (
         f"job {'survived' if survived else 'FAILED'}: steps after rotation {steps_after}, checkpoints after "
         f"{ckpt_after}, all-reduce failures {allreduce_failed}; longest step gap {stall:.2f}s "
@@ -137,16 +162,18 @@ def rotate_under_load(lab: Lab, *, settle: float = 4.0, evidence: Any = None) ->
     )
     if tls_rot:
         results.append(
-            _judge_tls_rotation(lab, tls_rot, t_done, survived, stall, baseline, storage_stall, failures, job)
+            _judge_tls_rotation(cluster, tls_rot, t_done, survived, stall, baseline, storage_stall, failures, job)
         )
     if wg_rot:
-        results.append(_judge_wg_rotation(lab, wg_rot, t_rot, survived, stall, baseline, storage_stall, failures, job))
-    tls.forget_retired(lab)
+        results.append(
+            _judge_wg_rotation(cluster, wg_rot, t_rot, survived, stall, baseline, storage_stall, failures, job)
+        )
+    tls.forget_retired(cluster.site().name)
     return tuple(results)
 
 
 def _judge_tls_rotation(
-    lab: Lab,
+    cluster: Cluster,
     rot: tuple[tls.Rotated, ...],
     t_done: float,
     survived: bool,
@@ -158,12 +185,12 @@ def _judge_tls_rotation(
 ) -> RotationResult:
     old = {r.old_fingerprint for r in rot}
     new = {r.new_fingerprint for r in rot}
-    events = [e for e in tls.read_events(lab, since=t_done + 0.5) if e.get("result") == "allowed"]
+    events = [e for e in tls.read_events(cluster.site(), since=t_done + 0.5) if e.get("result") == "allowed"]
     seen = {e.get("peer_fingerprint") for e in events} | {e.get("own_fingerprint") for e in events}
     new_in_use = bool(events) and (seen & new) != set() and not (seen & old)
     w0 = next((r for r in rot if r.node.startswith("worker")), rot[0])
-    storage = lab.topology.address("storage")
-    old_probe = tls.probe_request(lab, w0.node, w0.retired, f"https://{storage}:8080/healthz")
+    storage = cluster.site().address("storage")
+    old_probe = tls.probe_request(cluster.site(), w0.node, w0.retired, f"https://{storage}:8080/healthz")
     old_refused = old_probe.get("outcome") in ("refused", "closed")
     verdict = Verdict.PASS if survived and new_in_use and old_refused else Verdict.FAIL
     detail = (
@@ -194,7 +221,7 @@ def _iso(t: float) -> str:
 
 
 def _judge_wg_rotation(
-    lab: Lab,
+    cluster: Cluster,
     rot: tuple[wireguard.WgRotated, ...],
     t_rot: float,
     survived: bool,
@@ -209,10 +236,10 @@ def _judge_wg_rotation(
     old = {r.old_public for r in rot}
     fresh, stale = True, False
     for n in nodes:
-        for p in wireguard.node_handle(lab, n).peers():
+        for p in wireguard.node_handle(cluster.site(), n).peers():
             stale |= p.public_key in old
             fresh &= p.public_key in new and p.latest_handshake >= int(t_rot)
-    refused = not wireguard.probe_old_key(lab, rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
+    refused = not wireguard.probe_old_key(cluster.site(), rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
     shutil.rmtree(rot[0].retired_key.parent.parent, ignore_errors=True)
     new_in_use = fresh and not stale
     verdict = Verdict.PASS if survived and new_in_use and refused else Verdict.FAIL
@@ -248,9 +275,9 @@ def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int
     return sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext"), len(rows)
 
 
-def _wait_progress(lab: Lab, worker: str, counter: str, timeout: float) -> bool:
+def _wait_progress(cluster: Cluster, worker: str, counter: str, timeout: float) -> bool:
     def now() -> int:
-        return int(lab.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
+        return int(cluster.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
 
     start = now()
     deadline = time.time() + timeout
@@ -261,31 +288,31 @@ def _wait_progress(lab: Lab, worker: str, counter: str, timeout: float) -> bool:
     return False
 
 
-def fail_closed_wireguard(lab: Lab, policy: Policy, work: Path, *, seconds: float = 3.0) -> FailClosedResult:
+def fail_closed_wireguard(cluster: Cluster, policy: Policy, work: Path, *, seconds: float = 3.0) -> FailClosedResult:
     """Give one worker a wrong public key for its peer; collective traffic must stop, with zero plaintext."""
-    info = StateStore(lab.name).read().info.get("wireguard")
+    info = StateStore(cluster.site().name).read().info.get("wireguard")
     if not info:
-        raise LayerError(f"WireGuard is not enabled in lab {lab.name}")
+        raise LayerError(f"WireGuard is not enabled in cluster {cluster.site().name}")
     a, b = sorted(info["public_keys"])[:2]
-    hb = wireguard.node_handle(lab, b)
+    hb = wireguard.node_handle(cluster.site(), b)
     good = info["public_keys"][a]
     wrong = wireguard.random_public_key()
-    addr_a = lab.topology.address(a)
-    drops_before = wireguard.strict_counters(lab, a)
+    addr_a = cluster.site().address(a)
+    drops_before = wireguard.strict_counters(cluster.site(), a)
     hb.wg("set", hb.ifname, "peer", wrong, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
     hb.wg("set", hb.ifname, "peer", good, "remove")
     try:
         time.sleep(1.5)
-        steps0 = lab.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
-        flows = capture_flows(lab, seconds, work / "failclosed-wireguard.pcap", policy)
-        steps1 = lab.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        steps0 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        flows = capture_flows(cluster, seconds, work / "failclosed-wireguard.pcap", policy)
+        steps1 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
         peer = next(p for p in hb.peers() if p.public_key == wrong)
-        drops_after = wireguard.strict_counters(lab, a)
+        drops_after = wireguard.strict_counters(cluster.site(), a)
     finally:
         hb.wg("set", hb.ifname, "peer", good, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
         hb.wg("set", hb.ifname, "peer", wrong, "remove")
-    recovered = _wait_progress(lab, a, "steps", 30.0)
-    plain, seen = _plaintext_from(flows, "collective", {addr_a, lab.topology.address(b)})
+    recovered = _wait_progress(cluster, a, "steps", 30.0)
+    plain, seen = _plaintext_from(flows, "collective", {addr_a, cluster.site().address(b)})
     stopped = steps1 - steps0 <= 1  # a step already on the wire when the key broke may still finish
     error = (
         f"WireGuard {b} → {a}: no handshake with the configured peer key (latest handshake "
@@ -311,8 +338,13 @@ def fail_closed_wireguard(lab: Lab, policy: Policy, work: Path, *, seconds: floa
 
 
 @contextmanager
-def _swapped_credential(cert_dir: Path, replacement: Path) -> Iterator[None]:
-    """Put ``replacement``'s cert/key/ca into ``cert_dir`` for a while; the originals are moved aside, not copied."""
+def _swapped_credential(site: Site, node: str, cert_dir: Path, replacement: Path) -> Iterator[None]:
+    """Put ``replacement``'s cert/key/ca into ``cert_dir`` (and onto ``node``) for a while.
+
+    The originals are moved aside on the controller, not copied, and written back to the node at
+    the end, also when the drill fails.
+    """
+    rt = Runtime(site)
     aside = Path(tempfile.mkdtemp(prefix=".aside-", dir=cert_dir.parent))
     os.chmod(aside, 0o700)
     names = ("cert.pem", "key.pem", "ca.pem")
@@ -321,20 +353,22 @@ def _swapped_credential(cert_dir: Path, replacement: Path) -> Iterator[None]:
     try:
         for n in names:
             shutil.copy2(replacement / n, cert_dir / n)
+        tls.push_credential(rt, node, cert_dir)
         yield
     finally:
         for n in names:
             os.replace(aside / n, cert_dir / n)
         shutil.rmtree(aside, ignore_errors=True)
+        tls.push_credential(rt, node, cert_dir)
 
 
 def fail_closed_tls(
-    lab: Lab, policy: Policy, work: Path, *, node: str = "worker-0", seconds: float = 3.0
+    cluster: Cluster, policy: Policy, work: Path, *, node: str = "worker-0", seconds: float = 3.0
 ) -> FailClosedResult:
     """Give ``node`` a certificate of a foreign CA; its storage traffic must stop, with zero plaintext."""
-    info = StateStore(lab.name).read().info.get("tls")
+    info = StateStore(cluster.site().name).read().info.get("tls")
     if not info:
-        raise LayerError(f"TLS is not enabled in lab {lab.name}")
+        raise LayerError(f"TLS is not enabled in cluster {cluster.site().name}")
     cert_dir = Path(info["pki"]) / "nodes" / node
     ident = info["nodes"][node]["identity"]
     foreign = tls.issue_foreign(work / "foreign", ident)
@@ -342,27 +376,27 @@ def fail_closed_tls(
     def refused(since: float) -> list[dict[str, Any]]:
         return [
             e
-            for e in tls.read_events(lab, since=since)
+            for e in tls.read_events(cluster.site(), since=since)
             if e.get("result") == "refused"
-            and (e.get("node") == node or e.get("peer") == lab.topology.address(node))
+            and (e.get("node") == node or e.get("peer") == cluster.site().address(node))
         ]
 
-    with _swapped_credential(cert_dir, foreign):
+    with _swapped_credential(cluster.site(), node, cert_dir, foreign):
         time.sleep(1.0)
         # The drill needs the node to *try*: a worker still waiting on its collective (e.g. in TCP back-off
         # after an earlier drill) sends no storage request in a short window. Capture again, up to three
         # windows, until it has either been refused or read something.
         for _ in range(3):
             t_window = time.time()
-            before = lab.agent_status()[f"{node}-worker"]["counters"]
-            flows = capture_flows(lab, seconds, work / "failclosed-tls.pcap", policy)
-            after = lab.agent_status()[f"{node}-worker"]["counters"]
+            before = cluster.agent_status()[f"{node}-worker"]["counters"]
+            flows = capture_flows(cluster, seconds, work / "failclosed-tls.pcap", policy)
+            after = cluster.agent_status()[f"{node}-worker"]["counters"]
             # judged on a window that holds the attempt: refused (or, failing closed not at all, read) in it
             if refused(t_window) or after.get("shards_read", 0) > before.get("shards_read", 0):
                 break
-    recovered = _wait_progress(lab, node, "shards_read", 20.0)
+    recovered = _wait_progress(cluster, node, "shards_read", 20.0)
     refusals = refused(t0)
-    plain, seen = _plaintext_from(flows, "storage", {lab.topology.address(node)})
+    plain, seen = _plaintext_from(flows, "storage", {cluster.site().address(node)})
     read = after.get("shards_read", 0) - before.get("shards_read", 0)
     stopped = read == 0 and bool(refusals)
     error = refusals[0]["reason"] if refusals else "no refusal was logged"
@@ -383,15 +417,15 @@ def fail_closed_tls(
     )
 
 
-def credential_checks(lab: Lab, work: Path, *, node: str = "worker-0") -> tuple[CredentialCheck, ...]:
+def credential_checks(cluster: Cluster, work: Path, *, node: str = "worker-0") -> tuple[CredentialCheck, ...]:
     """Expired, revoked and foreign-CA credentials are refused by the storage gate; the current one is accepted."""
-    store = StateStore(lab.name)
+    store = StateStore(cluster.site().name)
     info = store.read().info.get("tls")
     if not info:
-        raise LayerError(f"TLS is not enabled in lab {lab.name}")
+        raise LayerError(f"TLS is not enabled in cluster {cluster.site().name}")
     pdir = Path(info["pki"])
     ident = info["nodes"][node]["identity"]
-    url = f"https://{lab.topology.address('storage')}:8080/healthz"
+    url = f"https://{cluster.site().address('storage')}:8080/healthz"
     cases: list[tuple[str, Path, str]] = [("current", pdir / "nodes" / node, "accepted")]
     cases.append(("expired", tls.issue_expired(pdir, ident, work / "expired"), "refused"))
     cases.append(("foreign-ca", tls.issue_foreign(work / "foreign-check", ident), "refused"))
@@ -400,7 +434,7 @@ def credential_checks(lab: Lab, work: Path, *, node: str = "worker-0") -> tuple[
     cases.append(("revoked", revoked_dir, "refused"))
     out = []
     for kind, cdir, expected in cases:
-        res = tls.probe_request(lab, node, cdir, url)
+        res = tls.probe_request(cluster.site(), node, cdir, url)
         outcome = "accepted" if res.get("outcome") == "response" and res.get("status") == 200 else "refused"
         fp = pki.show(cdir).fingerprint
         out.append(
@@ -419,9 +453,9 @@ def credential_checks(lab: Lab, work: Path, *, node: str = "worker-0") -> tuple[
     return tuple(out)
 
 
-def inventory(lab: Lab) -> tuple[Mapping[str, Any], ...]:
-    """Certificates (by fingerprint) and tunnel keys (by public key) of the lab's layers — never private material."""
-    info = StateStore(lab.name).read().info
+def inventory(cluster: Cluster) -> tuple[Mapping[str, Any], ...]:
+    """Certificates (by fingerprint) and tunnel keys (by public key) of the layers — never private material."""
+    info = StateStore(cluster.site().name).read().info
     out: list[Mapping[str, Any]] = []
     if "tls" in info:
         for node, item in sorted(info["tls"]["nodes"].items()):

@@ -1,7 +1,7 @@
 """Results of the live drills of ``ringfence verify keys``: rotation, fail-closed, credential refusal.
 
 Frozen records with their own verdicts, computed from measurements only (see
-:mod:`ringfence.secure._verify_lab`), so :mod:`ringfence.secure.verify` can judge without a lab.
+:mod:`ringfence.secure.drills`), so :mod:`ringfence.secure.verify` can judge without a lab.
 """
 
 from __future__ import annotations

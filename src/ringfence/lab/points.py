@@ -1,0 +1,38 @@
+"""The lab as an enforcement target: its fabric namespace and node namespaces as executors, and its inventory.
+
+What ``apply``, ``probe`` and ``contain`` act on is a mapping of points (node or ``fabric``) to executors;
+this is the lab's; an SSH hosts inventory gives the same mapping (``ringfence.cli._targets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ringfence.bench.driver import RankSpec
+from ringfence.bench.placement import site_ranks
+from ringfence.enforce.apply import FABRIC
+from ringfence.lab import Lab
+from ringfence.targets.interface import Executor
+from ringfence.targets.lab import NamespaceExecutor
+
+
+def lab_points(lab: Lab) -> dict[str, Executor]:
+    """``fabric`` plus every node of ``lab``, each an executor inside its namespace."""
+    points: dict[str, Executor] = {FABRIC: NamespaceExecutor(FABRIC, lab.topology.fabric_namespace)}
+    for node in lab.topology.node_names():
+        points[node] = lab.executor(node)
+    return points
+
+
+def lab_ranks(nodes: Sequence[str], *, interfaces: Sequence[str | None] | None = None,
+              lab_name: str | None = None) -> list[RankSpec]:
+    """One benchmark rank per node of the lab ``lab_name`` (default: the only one), in its namespace."""
+    return site_ranks(Lab.attach(lab_name).site(), nodes, interfaces)
+
+
+def lab_inventory(lab: Lab) -> dict[str, tuple[str, ...]]:
+    """Node name → addresses, as the lab has them (for the unknown-node refusal)."""
+    return {n.name: (n.address,) for n in lab.topology.nodes}
+
+
+__all__ = ["lab_inventory", "lab_points", "lab_ranks"]

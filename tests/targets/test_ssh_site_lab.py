@@ -1,0 +1,192 @@
+"""``--target ssh`` on the lab's own nodes, driven only over OpenSSH, as it would drive a Slurm cluster.
+
+``ringfence lab hosts`` starts an sshd in every node and writes the inventory; from then on the
+layers are enabled, inspected and removed through SSH sessions from the jump node only. The
+results must be the lab's: the same record, the same protection on the wire (judged from a lab
+capture), and a node made unreachable mid-run is named in the error — never skipped, never hung.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringfence.cli import main
+from ringfence.errors import EnvironmentProblem
+from ringfence.lab import Lab
+from ringfence.lab.netns import require_privileges
+from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers.runtime import StateStore
+from ringfence.targets import ops
+from ringfence.targets.hosts import load_hosts, ssh_site
+from ringfence.targets.interface import Site, TargetError
+from ringfence.targets.ssh import SshExecutor
+
+pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def own_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Path, Path]]:
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    work = tmp_path_factory.mktemp("ssh-site")
+    lab = Lab.up(workers=2, jobs=1)
+    try:
+        policy = work / "policy.yaml"
+        policy.write_text(lab.policy_yaml())
+        hosts = work / "hosts.yaml"
+        assert main(["lab", "hosts", "--name", lab.name, "-o", str(hosts)]) == 0
+        yield lab, hosts, policy
+    finally:
+        try:
+            wireguard.disable_wireguard(lab.site())
+            tls.disable_tls(lab.site())
+        finally:
+            StateStore(lab.name).forget()
+            lab.down()
+
+
+def _ssh(own_lab: tuple[Lab, Path, Path]) -> Site:
+    return ssh_site(load_hosts(own_lab[1]))
+
+
+def test_every_node_is_reached_over_ssh_inside_its_own_network(own_lab: tuple[Lab, Path, Path]) -> None:
+    lab, _, _ = own_lab
+    site = _ssh(own_lab)
+    assert site.name == lab.name and "jump" not in site.hosts
+    for node in ("worker-0", "worker-1", "storage", "mgmt", "external"):
+        ex = site.executor(node)
+        assert isinstance(ex, SshExecutor)
+        over_ssh = ex.run(["ip", "-o", "-4", "addr", "show"]).stdout
+        in_netns = lab.executor(node).run(["ip", "-o", "-4", "addr", "show"]).stdout
+        assert f" {lab.topology.address(node)}/".encode() in over_ssh
+        assert sorted(over_ssh.split(b"\n")) == sorted(in_netns.split(b"\n"))
+        # sshd really answered: the session knows it is one
+        assert ex.run(["sh", "-c", 'echo "$SSH_CONNECTION"']).stdout.split()[2] == lab.topology.address(node).encode()
+
+
+def test_a_host_key_not_pinned_for_that_host_is_refused(own_lab: tuple[Lab, Path, Path]) -> None:
+    lab, hosts, _ = own_lab
+    inv = load_hosts(hosts)
+    w0, w1 = inv.hosts["worker-0"], inv.hosts["worker-1"]
+    wrong = SshExecutor(w0.address, user=w0.user, key=Path(w0.key), known_hosts=Path(w1.known_hosts),
+                        name="worker-0", prefix=w0.client_prefix, connect_timeout=5)
+    with pytest.raises(TargetError, match="worker-0: ssh .* failed"):
+        wrong.run(["true"], timeout=30)
+
+
+def test_daemons_start_and_stop_over_ssh(own_lab: tuple[Lab, Path, Path], tmp_path: Path) -> None:
+    site = _ssh(own_lab)
+    ex = site.executor("aux")
+    marker = f"/run/ringfence/secure/{site.name}-probe/"
+    pid = ops.start_daemon(ex, ["sh", "-c", "sleep 120", marker], marker=marker, pidfile=f"{marker}p.pid",
+                           log=f"{marker}p.log")
+    try:
+        assert ops.alive(ex, [pid], marker=marker) == {pid}
+    finally:
+        assert ops.stop_daemons(ex, [pid], marker=marker) == set()
+        ops.remove_tree(ex, marker.rstrip("/"))
+    deadline = time.monotonic() + 10
+    while ops.alive(ex, [pid], marker=marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ops.alive(ex, [pid], marker=marker) == set()
+
+
+def _cli_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(argv) == 0
+    doc: dict[str, object] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def test_layers_enabled_over_ssh_protect_the_lab_as_the_lab_target_does(
+    own_lab: tuple[Lab, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lab, hosts, policy = own_lab
+    ssh = ["--target", "ssh", "--hosts", str(hosts), "--policy", str(policy)]
+    done = _cli_json(["encrypt", "enable", "--class", "storage,management,replication", "--layer", "tls", *ssh],
+                     capsys)
+    assert done["classes"] == ["management", "replication", "storage"]
+    wg = _cli_json(["encrypt", "enable", "--class", "collective", "--layer", "wireguard", *ssh], capsys)
+    assert wg["nodes"] == ["worker-0", "worker-1"]
+    # one record, whichever executor family reads it
+    over_ssh = _cli_json(["encrypt", "status", *ssh], capsys)
+    on_lab = _cli_json(["encrypt", "status", "--target", "lab", "--name", lab.name], capsys)
+    assert over_ssh == on_lab
+    assert over_ssh["classes"] == {"collective": "wireguard", "management": "tls", "replication": "tls",
+                                   "storage": "tls"}
+    # the processes the layers run were started over SSH, inside the nodes' networks
+    procs = StateStore(lab.name).read().processes
+    assert {p.label for p in procs} >= {"tls-storage", "tls-worker-0", "wg-worker-0", "wg-worker-1"}
+    # judged on the wire, from the lab's own capture: every class encrypted
+    out = tmp_path / "keys.json"
+    for _ in range(3):  # a capture in which the job was in TCP back-off shows no collective: take another
+        code = main(["verify", "confidentiality", "--target", "lab", "--name", lab.name, "--policy", str(policy),
+                     "--seconds", "6", "-o", str(out)])
+        if code == 0:
+            break
+    assert code == 0, out.read_text()
+
+
+def _probe_outcomes(argv: list[str], out: Path) -> tuple[int, dict[tuple[str, str, str], str]]:
+    code = main([*argv, "-o", str(out)])
+    doc = json.loads(out.read_text())
+    rows = doc.get("probes", doc.get("results", []))
+    return code, {(r["source"], r["destination"], r["expected"]): r["outcome"] for r in rows}
+
+
+def test_probes_over_ssh_find_what_the_lab_target_finds(own_lab: tuple[Lab, Path, Path], tmp_path: Path) -> None:
+    lab, hosts, policy = own_lab
+    code_lab, on_lab = _probe_outcomes(["probe", str(policy), "--target", "lab", "--name", lab.name,
+                                        "--store", str(tmp_path / "ev")], tmp_path / "lab.json")
+    code_ssh, over_ssh = _probe_outcomes(["probe", str(policy), "--target", "ssh", "--hosts", str(hosts),
+                                          "--store", str(tmp_path / "ev")], tmp_path / "ssh.json")
+    assert on_lab and code_ssh == code_lab
+    # every probe from a host the inventory reaches has the lab's outcome (jump is not in it: it is the client)
+    from_hosts = {k: v for k, v in on_lab.items() if k[0] != "jump"}
+    assert from_hosts and {k: over_ssh.get(k) for k in from_hosts} == from_hosts
+
+
+def test_the_benchmark_launches_its_ranks_over_ssh(own_lab: tuple[Lab, Path, Path], tmp_path: Path) -> None:
+    lab, hosts, _ = own_lab
+    pytest.importorskip("torch")
+    run = tmp_path / "ssh-run.json"
+    assert main(["bench", "allreduce", "--target", "ssh", "--hosts", str(hosts), "--nodes", "worker-0,worker-1",
+                 "--sizes", "1M", "--warmup", "1", "--iters", "3", "--repeats", "1", "--timeout", "300",
+                 "-o", str(run)]) == 0
+    doc = json.loads(run.read_text())
+    assert doc["config"]["nodes"] == ["worker-0", "worker-1"]
+    assert all(r["wrong"] == 0 for rep in doc["repeats"] for r in rep["results"])
+
+
+def test_a_host_made_unreachable_mid_run_is_named_not_skipped(
+    own_lab: tuple[Lab, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lab, hosts, policy = own_lab
+    sshd = next(p for n in lab.status().nodes for p in n.processes if p.label == "worker-1-sshd")
+    os.kill(sshd.pid, signal.SIGTERM)  # worker-1 stops answering SSH; everything else keeps running
+    capsys.readouterr()
+    start = time.monotonic()
+    code = main(["encrypt", "disable", "--layer", "wireguard", "--target", "ssh", "--hosts", str(hosts),
+                 "--policy", str(policy)])
+    err = capsys.readouterr().err
+    assert code == 2 and "worker-1" in err, err
+    assert time.monotonic() - start < 120
+    # nothing was forgotten: the record still lists worker-1's daemon, so the lab target can finish the job
+    assert any(p.node == "worker-1" for p in StateStore(lab.name).read().processes)
+    wireguard.disable_wireguard(lab.site())
+    assert not any(p.layer == "wireguard" for p in StateStore(lab.name).read().processes)
+    # gathering facts goes on without it: worker-1's probes are kept, named, unreachable — the rest run
+    code, outcomes = _probe_outcomes(["probe", str(policy), "--target", "ssh", "--hosts", str(hosts),
+                                      "--store", str(tmp_path / "ev")], tmp_path / "probes.json")
+    mine = {k: v for k, v in outcomes.items() if k[0] == "worker-1"}
+    assert mine and set(mine.values()) == {"unreachable"}
+    assert any(v == "connected" for k, v in outcomes.items() if k[0] != "worker-1")
