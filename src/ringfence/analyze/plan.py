@@ -197,7 +197,7 @@ class Plan:
         octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
         parts = [f"CAST(split_part({address}, '.', {i}) AS BIGINT)" for i in range(1, 5)]
         return (
-            f"(CASE WHEN regexp_matches({address}, '^{octet}(\\.{octet}){{3}}$') "
+            f"(CASE WHEN regexp_matches({address}, '^{octet}(\\.{octet}){{3}}\\z') "
             f"THEN {parts[0]} * 16777216 + {parts[1]} * 65536 + {parts[2]} * 256 + {parts[3]} END)"
         )
 
