@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ringfence.analyze import classify, communication_matrix, protection_breakdown
+from ringfence.analyze import EngineSpec, classify, communication_matrix, protection_breakdown
 from ringfence.controls.interface import ControlResult, Facts, Finding
 from ringfence.controls.registry import evaluate_all
 from ringfence.evidence import EvidenceStore, RecordKind, sha256_file
@@ -82,9 +82,9 @@ def read_inputs(
     return flows, tuple(inputs), tuple(ids), tuple(warnings)
 
 
-def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int]]:
+def class_bytes(classified: pa.Table, policy: Policy, engine: EngineSpec | None = None) -> dict[str, dict[str, int]]:
     """Per traffic class, bytes by protection verdict (what the report's stacked bars show)."""
-    table = protection_breakdown(classified, policy)
+    table = protection_breakdown(classified, policy, engine=engine)
     out: dict[str, dict[str, int]] = {}
     for row in table.to_pylist():
         out[row["class"] or "unclassified"] = {
@@ -93,7 +93,7 @@ def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int
     return out
 
 
-def matrix_rows(classified: pa.Table, policy: Policy) -> list[MatrixRow]:
+def matrix_rows(classified: pa.Table, policy: Policy, engine: EngineSpec | None = None) -> list[MatrixRow]:
     """The observed communication matrix joined with the approved one (unused approvals included)."""
     return [
         MatrixRow(
@@ -105,7 +105,7 @@ def matrix_rows(classified: pa.Table, policy: Policy) -> list[MatrixRow]:
             flows=int(row["flows"]),
             bytes=int(row["bytes"]),
         )
-        for row in communication_matrix(classified, policy).to_pylist()
+        for row in communication_matrix(classified, policy, engine=engine).to_pylist()
     ]
 
 
@@ -137,8 +137,10 @@ def assess(
     now: datetime | None = None,
     progress: Progress = _quiet,
     policy: Policy | None = None,
+    engine: EngineSpec | None = None,
 ) -> AssessResult:
-    """Run the whole assessment; write reports to ``output`` (if given) in ``formats``."""
+    """Run the whole assessment; write reports to ``output`` (if given) in ``formats``. ``engine``: where
+    the flow analysis (classification, matrix, per-class bytes) runs — DuckDB unless given."""
     policy = policy or load_policy(policy_path)
     policy_sha = sha256_file(policy_path)
     store = EvidenceStore.open(store_dir)
@@ -146,7 +148,7 @@ def assess(
                  data={"step": "start", "cluster": policy.cluster}, inputs={policy_path.name: policy_sha})
     flows, input_summaries, flow_ids, warnings = read_inputs(inputs, store, progress)
     progress(f"classifying {flows.num_rows} flows")
-    classified = classify(flows, policy)
+    classified = classify(flows, policy, engine=engine)
     base = facts or Facts()
     gathered = dataclasses.replace(
         base,
@@ -165,8 +167,8 @@ def assess(
         generated=(now or datetime.now(UTC)),
         controls=tuple(results),
         inputs=input_summaries,
-        class_bytes=class_bytes(classified, policy),
-        matrix=tuple(matrix_rows(classified, policy)),
+        class_bytes=class_bytes(classified, policy, engine),
+        matrix=tuple(matrix_rows(classified, policy, engine)),
         evidence_store=str(store_dir),
         chain_head=store.head(),
         warnings=warnings,

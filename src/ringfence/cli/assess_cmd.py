@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from ringfence.assess import DEFAULT_FORMATS, assess
+from ringfence.cli.engine_arg import add_engine_argument  # --engine (issue 12)
 from ringfence.controls.interface import Facts
 from ringfence.errors import InputError
 from ringfence.evidence.report import RENDERERS, exit_code
@@ -34,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
         formats=args.format or list(DEFAULT_FORMATS),
         progress=progress,
         facts=_gathered_facts(args),
+        engine=args.engine,
     )
     print_summary(result.assessment, Console(file=sys.stdout))
     for path in result.reports:
@@ -91,5 +93,6 @@ def register(sub: Any) -> None:
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
+    add_engine_argument(p)  # --engine duckdb|spark[=URL] (issue 12)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
