@@ -18,6 +18,7 @@ want ssh openssh-client
 want softflowd softflowd
 want nfcapd nfdump
 want pkill procps
+want java openjdk-17-jre-headless  # the Spark engine (--engine spark): Java 17+
 [ -e /usr/lib/python3/dist-packages/nftables/nftables.py ] || need+=(python3-nftables)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then

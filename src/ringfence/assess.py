@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ringfence.analyze import classify, communication_matrix, protection_breakdown
+from ringfence.analyze import EngineSpec, classify, communication_matrix, protection_breakdown
 from ringfence.controls.interface import ControlResult, Facts, Finding
 from ringfence.controls.registry import evaluate_all
 from ringfence.controls.requirements import fact_problem
@@ -220,9 +220,9 @@ def _flows_artifact(store: EvidenceStore, flows: pa.Table) -> str:
                                   data={"rows": flows.num_rows}))
 
 
-def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int]]:
+def class_bytes(classified: pa.Table, policy: Policy, engine: EngineSpec | None = None) -> dict[str, dict[str, int]]:
     """Per traffic class, bytes by protection verdict (what the report's stacked bars show)."""
-    table = protection_breakdown(classified, policy)
+    table = protection_breakdown(classified, policy, engine=engine)
     out: dict[str, dict[str, int]] = {}
     for row in table.to_pylist():
         out[row["class"] or "unclassified"] = {
@@ -231,7 +231,7 @@ def class_bytes(classified: pa.Table, policy: Policy) -> dict[str, dict[str, int
     return out
 
 
-def matrix_rows(classified: pa.Table, policy: Policy) -> list[MatrixRow]:
+def matrix_rows(classified: pa.Table, policy: Policy, engine: EngineSpec | None = None) -> list[MatrixRow]:
     """The observed communication matrix joined with the approved one (unused approvals included)."""
     return [
         MatrixRow(
@@ -243,7 +243,7 @@ def matrix_rows(classified: pa.Table, policy: Policy) -> list[MatrixRow]:
             flows=int(row["flows"]),
             bytes=int(row["bytes"]),
         )
-        for row in communication_matrix(classified, policy).to_pylist()
+        for row in communication_matrix(classified, policy, engine=engine).to_pylist()
     ]
 
 
@@ -276,11 +276,13 @@ def assess(
     progress: Progress = _quiet,
     policy: Policy | None = None,
     fact_files: Sequence[FactsInput] = (),
+    engine: EngineSpec | None = None,
 ) -> AssessResult:
     """Run the whole assessment; write reports to ``output`` (if given) in ``formats``.
 
     ``fact_files`` are validated (strict schemas) and recorded, bytes and sha256, in the store before
-    anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest. The flows,
+    anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest. ``engine``: where
+    the flow analysis (classification, matrix, per-class bytes) runs — DuckDB unless given. The flows,
     the facts and the clock are recorded so that :func:`assess_from_store` reproduces the judgement.
     """
     policy = policy or load_policy(policy_path)
@@ -300,7 +302,7 @@ def assess(
         flow_sources=tuple(base.flow_sources) + tuple(i.name for i in input_summaries),
         taken={**base.taken, **taken},
     )
-    results, classified = _judge(policy, gathered, flows, progress)
+    results, classified = _judge(policy, gathered, flows, progress, engine)
     results = resolve_evidence(results, record_ids(store), fact_records)
     _record_findings(store, results)
     head = store.head()
@@ -313,13 +315,15 @@ def assess(
         "chain_head": str(head),
     }, inputs={policy_path.name: policy_sha})
     assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, all_inputs,
-                             classified, str(store_dir), head, warnings, performance(policy, gathered, fact_records))
+                             classified, str(store_dir), head, warnings, performance(policy, gathered, fact_records),
+                             engine)
     return AssessResult(assessment=assessment, reports=_write(assessment, output, formats), flows=classified)
 
 
-def _judge(policy: Policy, facts: Facts, flows: pa.Table, progress: Progress) -> tuple[list[ControlResult], pa.Table]:
+def _judge(policy: Policy, facts: Facts, flows: pa.Table, progress: Progress,
+           engine: EngineSpec | None = None) -> tuple[list[ControlResult], pa.Table]:
     progress(f"classifying {flows.num_rows} flows")
-    classified = classify(flows, policy)
+    classified = classify(flows, policy, engine=engine)
     flows_at = _flows_taken(flows)
     stamps = {**facts.taken, **({"flows": flows_at} if flows_at is not None else {})}
     progress("judging the ten control points")
@@ -340,7 +344,7 @@ def performance(policy: Policy, facts: Facts, records: Sequence[FactsRecord]) ->
 def _assessment(policy: Policy, policy_path: Path, policy_sha: str, generated: datetime,
                 results: Sequence[ControlResult], inputs: tuple[InputSummary, ...], classified: pa.Table,
                 store: str, head: ChainHead, warnings: tuple[str, ...],
-                perf: tuple[LayerPerformance, ...] = ()) -> Assessment:
+                perf: tuple[LayerPerformance, ...] = (), engine: EngineSpec | None = None) -> Assessment:
     return Assessment(
         cluster=policy.cluster,
         policy_path=str(policy_path),
@@ -348,8 +352,8 @@ def _assessment(policy: Policy, policy_path: Path, policy_sha: str, generated: d
         generated=generated,
         controls=tuple(results),
         inputs=inputs,
-        class_bytes=class_bytes(classified, policy),
-        matrix=tuple(matrix_rows(classified, policy)),
+        class_bytes=class_bytes(classified, policy, engine),
+        matrix=tuple(matrix_rows(classified, policy, engine)),
         evidence_store=store,
         chain_head=head,
         warnings=warnings,

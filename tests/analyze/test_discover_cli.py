@@ -95,3 +95,13 @@ def test_unreadable_capture_is_named(inputs: dict[str, Path], capsys: pytest.Cap
     junk.write_bytes(b"\x00\x01not a capture\n" * 10)
     assert main(["discover", str(junk), "--inventory", str(inputs["inventory"])]) == 2
     assert str(junk) in capsys.readouterr().err
+
+
+def test_engine_flag(inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["discover", str(inputs["conn"]), "--inventory", str(inputs["inventory"]), "-q"]
+    assert main([*base, "--engine", "duckdb"]) == 0
+    assert "train-a-collective" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--engine", "postgres"])
+    assert exc.value.code == 2
+    assert "unknown engine 'postgres'" in capsys.readouterr().err

@@ -1,7 +1,7 @@
-"""Join facts with intent in DuckDB: classify flows, the observed vs. approved matrix, breakdowns."""
+"""Join facts with intent in DuckDB or Spark (one SQL): classify flows, the observed vs. approved matrix, breakdowns."""
 
-from ringfence.analyze._duck import AnalyzeError
 from ringfence.analyze.classify import FlowInput, classify
+from ringfence.analyze.engine import AnalyzeError, EngineKind, EngineSpec
 from ringfence.analyze.matrix import (
     BREAKDOWN_SCHEMA,
     MATRIX_SCHEMA,
@@ -16,6 +16,8 @@ __all__ = [
     "BREAKDOWN_SCHEMA",
     "MATRIX_SCHEMA",
     "AnalyzeError",
+    "EngineKind",
+    "EngineSpec",
     "FlowInput",
     "Plan",
     "Segments",

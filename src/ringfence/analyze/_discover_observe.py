@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ringfence.analyze._duck import AnalyzeError, query, session
 from ringfence.analyze.classify import prepare
+from ringfence.analyze.engine import AnalyzeError, EngineSpec, session
 from ringfence.observe.schema import conform
 from ringfence.policy import Policy
 
@@ -66,7 +66,9 @@ def _ts(ns: int | None) -> datetime | None:
     return datetime.fromtimestamp(ns // 1_000_000_000, UTC).replace(microsecond=(ns // 1000) % 1_000_000)
 
 
-def observe(flows: pa.Table, inventory: Policy, ephemeral: tuple[int, int]) -> list[Observation]:
+def observe(
+    flows: pa.Table, inventory: Policy, ephemeral: tuple[int, int], engine: EngineSpec | None = None
+) -> list[Observation]:
     """Classify ``flows`` (``FLOW_SCHEMA``) against ``inventory`` and aggregate them (see the module doc)."""
     try:
         observed = conform(flows)
@@ -78,10 +80,9 @@ def observe(flows: pa.Table, inventory: Policy, ephemeral: tuple[int, int]) -> l
     keyed = keyed.append_column("rf_first", _ns_column(observed, "first_seen"))
     keyed = keyed.append_column("rf_last", _ns_column(observed, "last_seen"))
     elo, ehi = ephemeral
-    with session() as con:
+    with session(engine=engine) as con:
         prepared = prepare(con, keyed, inventory, extra=("bytes", "rf_first", "rf_last"))
-        table = query(
-            con,
+        table = con.query(
             f"""WITH c AS ({prepared.flows_sql}), k AS (
                   SELECT *, ("class" = 'collective' AND src_job = dst_job) AS rf_coll FROM c
                 )

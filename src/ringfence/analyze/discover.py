@@ -37,6 +37,7 @@ from ringfence.analyze._discover_types import (
     Proposal,
     ProposedRule,
 )
+from ringfence.analyze.engine import EngineSpec
 from ringfence.policy import Policy
 
 
@@ -56,16 +57,19 @@ def _check(options: DiscoverOptions, inventory: Policy) -> None:
         )
 
 
-def discover(flows: pa.Table, inventory: Policy, options: DiscoverOptions | None = None) -> Proposal:
+def discover(
+    flows: pa.Table, inventory: Policy, options: DiscoverOptions | None = None, *, engine: EngineSpec | None = None
+) -> Proposal:
     """Propose the minimal approved matrix for ``flows`` (``FLOW_SCHEMA``) under ``inventory``.
 
     The proposal's ``policy`` is ``inventory`` with ``approved`` replaced; ``flagged`` lists what a
-    human must decide. Per-flow work is one DuckDB group-by; the rest is per aggregated path.
+    human must decide. Per-flow work is one group-by on ``engine`` (DuckDB by default); the rest is
+    per aggregated path.
     """
     opt = options or DiscoverOptions()
     _check(opt, inventory)
     builder = Builder(Inventory.of(inventory), opt)
-    for o in observe(flows, inventory, opt.ephemeral):
+    for o in observe(flows, inventory, opt.ephemeral, engine):
         builder.add(o)
     return builder.finish(flows.num_rows)
 

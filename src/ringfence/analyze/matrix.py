@@ -10,11 +10,10 @@ Each takes observed flows (classified on the fly, also straight from Parquet) or
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 
-from ringfence.analyze._duck import query, register, session
 from ringfence.analyze.classify import FlowInput, prepare
+from ringfence.analyze.engine import Engine, EngineSpec, session
 from ringfence.observe.schema import Protection
 from ringfence.policy import Endpoint, Policy
 
@@ -51,7 +50,7 @@ def _is_classified(flows: FlowInput) -> bool:
 
 
 def _grouped(
-    con: duckdb.DuckDBPyConnection,
+    con: Engine,
     flows: FlowInput,
     policy: Policy,
     by: tuple[str, ...],
@@ -62,7 +61,7 @@ def _grouped(
     ``aggregates`` are (SQL over source columns, name), summable (count, sum)."""
     if _is_classified(flows):
         assert isinstance(flows, pa.Table)
-        register(con, "rf_classified", flows)
+        con.register("rf_classified", flows)
         cols = ", ".join(f'"{c}"' for c in ("src_zone", "dst_zone", "class", "rule", "approved", *by))
         aggs = ", ".join(f"{expr} AS {name}" for expr, name in aggregates)
         return f"SELECT {cols}, {aggs} FROM rf_classified GROUP BY ALL"
@@ -85,12 +84,11 @@ def _endpoint_zone(policy: Policy, ep: Endpoint) -> str | None:
     return zones.pop() if len(zones) == 1 else None
 
 
-def communication_matrix(flows: FlowInput, policy: Policy) -> pa.Table:
+def communication_matrix(flows: FlowInput, policy: Policy, *, engine: EngineSpec | None = None) -> pa.Table:
     """Observed vs. approved communication matrix (``MATRIX_SCHEMA``), largest observed first."""
-    with session() as con:
+    with session(engine=engine) as con:
         src = _grouped(con, flows, policy, (), _COUNTS)
-        observed = query(
-            con,
+        observed = con.query(
             f"""SELECT src_zone, dst_zone, "class", rule,
                        CASE WHEN approved THEN 'approved' ELSE 'unapproved' END AS status,
                        sum(flows)::BIGINT AS flows, sum(bytes)::BIGINT AS bytes
@@ -119,16 +117,15 @@ def communication_matrix(flows: FlowInput, policy: Policy) -> pa.Table:
     return pa.Table.from_pydict(rows, schema=MATRIX_SCHEMA)
 
 
-def protection_breakdown(flows: FlowInput, policy: Policy) -> pa.Table:
+def protection_breakdown(flows: FlowInput, policy: Policy, *, engine: EngineSpec | None = None) -> pa.Table:
     """Per traffic class: flows, bytes, and bytes per protection verdict (``BREAKDOWN_SCHEMA``)."""
     sums = ", ".join(
         f"coalesce(sum(bytes) FILTER (WHERE protection = '{p}'), 0)::BIGINT AS {p.replace('-', '_')}_bytes"
         for p in _PROTECTIONS
     )
-    with session() as con:
+    with session(engine=engine) as con:
         src = _grouped(con, flows, policy, ("protection",), _COUNTS)
-        table = query(
-            con,
+        table = con.query(
             f"""SELECT "class", sum(flows)::BIGINT AS flows, sum(bytes)::BIGINT AS bytes, {sums}
                 FROM ({src}) GROUP BY "class" ORDER BY bytes DESC, "class" """,
         )
@@ -144,7 +141,7 @@ GROUPED_KEYS = (
 _PROTO = {"tcp": 6, "udp": 17}
 
 
-def group_flows(classified: pa.Table, policy: Policy) -> pa.Table:
+def group_flows(classified: pa.Table, policy: Policy, *, engine: EngineSpec | None = None) -> pa.Table:
     """Merge records of identical 5-tuples with identical classification (several sources, several
     captures), largest first, and add what controls need from the policy:
 
@@ -178,9 +175,8 @@ def group_flows(classified: pa.Table, policy: Policy) -> pa.Table:
         {"zone": pa.array(sorted(z.name for z in policy.zones if z.trust.value == "external"), pa.string())}
     )
     tables = {"rf_classified": classified, "rf_services": services, "rf_jobs": jobs, "rf_external": external}
-    with session(tables) as con:
-        return query(
-            con,
+    with session(tables, engine=engine) as con:
+        return con.query(
             f"""WITH g AS (
                   SELECT {keys}, count(*)::BIGINT AS records, coalesce(sum(bytes), 0)::BIGINT AS bytes,
                          sum(payload_bytes)::BIGINT AS payload_bytes, min(protocol) AS protocol,

@@ -192,17 +192,23 @@ class Plan:
 
     @staticmethod
     def ipv4_sql(address: str) -> str:
-        """SQL: the IPv4 address ``address`` as an integer (NULL for anything else)."""
-        parts = [f"TRY_CAST(split_part({address}, '.', {i}) AS BIGINT)" for i in range(1, 5)]
-        return f"({parts[0]} * 16777216 + {parts[1]} * 65536 + {parts[2]} * 256 + {parts[3]})"
+        """SQL: the IPv4 address ``address`` as an integer (NULL for anything else: IPv6, NULL, text that
+        is not a dotted quad of 0-255 without leading zeros — what ``inet_pton`` accepts)."""
+        octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+        parts = [f"CAST(split_part({address}, '.', {i}) AS BIGINT)" for i in range(1, 5)]
+        return (
+            f"(CASE WHEN regexp_matches({address}, '^{octet}(\\.{octet}){{3}}\\z') "
+            f"THEN {parts[0]} * 16777216 + {parts[1]} * 65536 + {parts[2]} * 256 + {parts[3]} END)"
+        )
 
     def v4_class_sql(self, as_int: str, *, dst: bool) -> str:
-        """SQL: the class of an address outside the inventory from its integer (0 unless a CIDR covers it).
+        """SQL: the class of an address outside the inventory from its integer (0 unless a CIDR covers it,
+        0 for NULL — an address that is not IPv4 must not fall into the CASE tree's last leaf).
 
         ``as_int`` must be a plain column: the CASE tree repeats it, and a repeated *expression* would be
         hoisted by the optimizer and computed for every flow."""
         leaves = self.v4_dst_classes if dst else self.v4_src_classes
-        return f"coalesce({bisect_sql(as_int, self.v4_cuts, leaves)}, 0)"
+        return f"(CASE WHEN {as_int} IS NULL THEN 0 ELSE {bisect_sql(as_int, self.v4_cuts, leaves)} END)"
 
 
 ADDRESS_SCHEMA = pa.schema(

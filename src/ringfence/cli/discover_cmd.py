@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ringfence.cli.engine_arg import add_engine_argument
+
 if TYPE_CHECKING:
     from ringfence.analyze.discover import Proposal
-
 
 
 def _port_range(text: str) -> tuple[int, int]:
@@ -74,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         assume_rendezvous=None if args.no_assume_rendezvous else TORCH_MASTER_PORT,
     )
     flows = read_flow_inputs(args.captures, progress=not args.quiet)
-    proposal = discover(flows, inventory, options)
+    proposal = discover(flows, inventory, options, engine=args.engine)
     header = [
         f"Proposed by `ringfence discover` from {proposal.flows} flows of: {', '.join(map(str, args.captures))}",
         f"Inventory: {args.inventory}. Review the flagged flows at the end of `approved:` before use.",
@@ -122,6 +123,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-assume-rendezvous", action="store_true",
                    help="do not assume torch's default rendezvous port (MASTER_PORT) for a job whose "
                    "rendezvous was not observed")
+    add_engine_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="only flagged flows and notes on stderr")
     p.set_defaults(func=_run)
 
