@@ -15,12 +15,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
 
 from ringfence.controls.interface import ProbeResult, Verdict
 from ringfence.facts import LOADERS, FactsFileError, changes, containment, keys, probes, ruleset
 from ringfence.observe.schema import CLASSIFIED_SCHEMA
 from ringfence.policy import load_policy
-from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
 from ringfence.secure.verify import judge
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringfence.errors import InputError
-from ringfence.evidence.interface import sha256_file
-from ringfence.policy import load_policy
-
 
 if TYPE_CHECKING:
     from ringfence.bench.compare import GateBudget
@@ -169,6 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     doc = {"format": "ringfence-bench-compare/1", "taken": datetime.now(UTC).isoformat(), **result.to_dict()}
     if args.evidence:
         from ringfence.evidence import EvidenceStore, RecordKind
+        from ringfence.evidence.interface import sha256_file
 
         EvidenceStore.open(Path(args.evidence)).append(
             RecordKind.OBSERVATION, source="bench.compare", subject=f"{args.baseline} vs {args.candidate}", data=doc,

@@ -14,10 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringfence.errors import RingfenceError
-from ringfence.evidence import ChainHead, EvidenceStore
-from ringfence.evidence.checkpoint import public_bytes
-from ringfence.evidence.store import default_store_path
-
 
 if TYPE_CHECKING:
     from ringfence.evidence import EvidenceStore
@@ -82,6 +78,8 @@ def _export(args: argparse.Namespace) -> int:
 
 def _pubkey(args: argparse.Namespace) -> int:
     # The public half of the checkpoint signing key, for `verify --pubkey` on a machine without the key.
+    from ringfence.evidence.checkpoint import public_bytes
+
     print(public_bytes(_open(args).signer().public_key).hex())
     return 0
 
