@@ -15,13 +15,13 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ringfence.secure._verify_types import CredentialCheck, FailClosedResult, RotationResult
 
 from ringfence.controls.interface import ProbeResult, Verdict
 from ringfence.facts import LOADERS, FactsFileError, changes, containment, keys, probes, ruleset
 from ringfence.observe.schema import CLASSIFIED_SCHEMA
 from ringfence.policy import load_policy
 from ringfence.secure.verify import judge
+from ringfence.secure.verify_types import CredentialCheck, FailClosedResult, RotationResult
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = load_policy(REPO / "examples" / "lab-policy.yaml")
