@@ -10,6 +10,8 @@ from payload_build import Flow, build
 from ringfence.observe.payload import classify_flows
 from ringfence.observe.recognise.framing import label_packets, packets
 from ringfence.observe.recognise.labels import Label
+from ringfence.observe.recognise.reasons import Family
+from ringfence.observe.recognise.verdict import HANDLERS
 from ringfence.observe.samples import HEAD_BYTES, FlowKeys, PayloadSamples
 
 #: Ports of every protocol recognised, so no port-conditioned rule escapes the test.
@@ -81,3 +83,7 @@ def test_any_bytes_and_any_claimed_length_give_a_verdict(
         protection, _, reason = classify_flows(keys, s)
         assert protection[0] in VOCABULARY
         assert reason[0]
+
+
+def test_every_family_has_exactly_one_handler() -> None:
+    assert set(HANDLERS) == set(Family)

@@ -226,9 +226,20 @@ def test_slurm_rpc_with_munge_is_integrity_only() -> None:
     assert "not encrypted" in reason
 
 
+def test_radius_attributes_are_plaintext() -> None:
+    attrs = b"\x01\x07admin" + b"\x02\x12" + rand(16) + b"\x04\x06\x0a\x00\x00\x01"
+    request = struct.pack(">BBH", 1, 5, 20 + len(attrs)) + rand(16) + attrs
+    protection, protocol, reason = verdict(Flow(proto=17, sport=40000, dport=1812).fwd(request))
+    assert (protection, protocol) == ("plaintext", "radius")
+    assert "User-Password" in reason
+    assert verdict(Flow(proto=17, dport=1812).fwd(request + b"\x00"))[1] is None  # length must be the datagram's
+
+
 @pytest.mark.parametrize(
     ("capture", "port", "protection", "protocol"),
     [
+        ("RADIUS.pcap", 1812, "plaintext", "radius"),
+        ("RADIUS-RFC5176.pcap", 3799, "plaintext", "radius"),
         ("afs.pcap", 88, "handshake-only", "kerberos"),
         ("dhcp-option-108.pcapng", 67, "plaintext", "dhcp"),
         ("dhcpv6-ia-na.pcap", 547, "plaintext", "dhcp"),

@@ -55,6 +55,7 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
     sv.rmcp,
     sv.kerberos,
     sv.ldap,
+    sv.radius,
     sv.dhcp,
     sv.tftp_request,
     sv.postgres,
@@ -67,11 +68,13 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
 
 
 def _first_byte_table() -> npt.NDArray[np.bool_]:
-    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate)."""
+    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate);
+    Ceph frame tags (1..30) are gated with their segment count instead, which keeps the table sparse."""
     table = np.zeros(256, dtype=np.bool_)
-    table[:51] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP), NVMe/TCP, Ceph, RMCP, MQTT
-    # RPC record mark, SNMP/LDAP SEQUENCE, Ceph banner, iSCSI opcodes, Kerberos APPLICATION tags, LNet magics
-    table[[0x80, 0x30, 0x63, 0x43, 0x44, 0x64, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E, 0xAC, 0xED, 0xEE]] = True
+    table[:14] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP, LNet), NVMe, DHCP, RADIUS
+    # MQTT, RMCP, RDP and iSCSI opcodes, SNMP/LDAP SEQUENCE, Ceph banner, Kerberos tags, RPC mark, LNet magics
+    table[[0x10, 0x23, 0x24, 0x43, 0x44, 0x64, 0x30, 0x63, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E]] = True
+    table[[0x80, 0xAC, 0xED, 0xEE, 0x28, 0x29, 0x2A, 0x2B, 0x2C, 0x2D]] = True  # … RADIUS CoA/Disconnect
     return table
 
 
@@ -142,7 +145,7 @@ def _services(p: Packets, out: Labeller) -> None:
     MySQL's, UDP RPC's and TCP Kerberos' rules start from), gathered once: most traffic is never a candidate."""
     c = p.cols
     tcp, udp = p.proto == 6, p.proto == 17
-    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]]))
+    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]] | (((c[0] - 1) < 30) & ((c[1] - 1) < 4))))
     gate |= udp & (c[4] == 0) & (c[5] == 0) & (c[6] == 0)
     rows = np.flatnonzero(gate & out.free)
     if rows.size == 0:

@@ -134,6 +134,7 @@ class Label(IntEnum):
     SLURM = 107
     RPC_DENIED = 108  # a rejected RPC call (authentication error, version mismatch): no data
     RPC_NULL = 109  # a NULL-procedure ping (procedure 0): no arguments, no results
+    RADIUS = 110
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -116,7 +116,8 @@ class Family(IntEnum):
     RDP = 33
     KAFKA = 34
     SLURM = 35
-    GENERIC = 36
+    RADIUS = 36
+    GENERIC = 37
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

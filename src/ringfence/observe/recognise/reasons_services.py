@@ -324,6 +324,18 @@ def _ldap(r: Row) -> Verdict:
     )
 
 
+def _radius(r: Row) -> Verdict:
+    return (
+        PLAIN,
+        "radius",
+        (
+            f"RADIUS: {_n(r.c(Label.RADIUS), 'message')} with attributes in clear (User-Name, NAS and station ids); "
+            "User-Password is only hidden with an MD5 keystream of the shared secret and Message-Authenticator "
+            "authenticates — neither makes it confidential (RADIUS over TLS shows as TLS)"
+        ),
+    )
+
+
 def _dhcp(r: Row) -> Verdict:
     return (
         PLAIN,
@@ -437,6 +449,7 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.IPMI: _ipmi,
     Family.KERBEROS: _kerberos,
     Family.LDAP: _ldap,
+    Family.RADIUS: _radius,
     Family.DHCP: _dhcp,
     Family.TFTP: _tftp,
     Family.POSTGRES: _postgres,
