@@ -103,6 +103,8 @@ def snmp(p: Packets, out: Labeller) -> None:
     zero = np.zeros(idx.size, dtype=np.int64)
     _, total, header, ok = tlv(s, zero, v)
     ok &= header + total == length
+    if not ok.any():  # most candidates fail here: skip the rest of the walk
+        return
     version, pos, vok = _int_small(s, header, v)
     ok &= vok
     tag, clen, chdr, cok = tlv(s, pos, v)
@@ -202,6 +204,8 @@ def kerberos(p: Packets, out: Labeller) -> None:
         # UDP: the message is the datagram; TCP: the length prefix counts it and may exceed the segment.
         size = length if base == 0 else be32(s, 0)
         ok &= (header + total == size) & (size >= length - base)
+        if not ok.any():
+            continue
         seq, _, shdr, sok = tlv(s, pos + header, v)
         ok &= sok & (seq == 0x30)
         first = pos + header + shdr
@@ -227,6 +231,9 @@ def ldap(p: Packets, out: Labeller) -> None:
     zero = np.zeros(idx.size, dtype=np.int64)
     _, total, header, ok = tlv(s, zero, v)
     ok &= total >= 5  # a message may span segments or share one, so its length bounds only its own fields
+    ok &= at(s, header) == 0x02  # the messageID INTEGER
+    if not ok.any():
+        return
     msg_id, pos, iok = _int_small(s, header, v)
     op, olen, ohdr, ook = tlv(s, pos, v)
     # The protocolOp ends the message, or optional controls ([0], RFC 4511 §4.1.11) follow it.
