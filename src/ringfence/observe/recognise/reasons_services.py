@@ -1,6 +1,6 @@
-"""The words of the verdicts for service protocols: plaintext ones (HTTP, DNS, NTP, syslog, ICMP) and
-the storage, management and identity protocols (NFS/ONC RPC, SMB, iSCSI, NVMe/TCP, Ceph, LNet,
-SNMP, IPMI, Kerberos, LDAP, DHCP, TFTP, PostgreSQL, MySQL, MQTT, RDP, Kafka, Slurm).
+"""The words of the verdicts for flows without payload, plaintext service protocols (HTTP, DNS, NTP,
+syslog, ICMP) and the storage, management and identity protocols (NFS/ONC RPC, SMB, iSCSI, NVMe/TCP,
+Ceph, LNet, SNMP, IPMI, Kerberos, LDAP, RADIUS, DHCP, TFTP, PostgreSQL, MySQL, MQTT, RDP, Kafka, Slurm).
 
 Each handler decides by its protocol's own rules, the weakest message first: one message in clear
 makes a flow plaintext even when others were protected. ``docs/verdicts.md`` states the evidence.
@@ -47,6 +47,12 @@ def _syslog(r: Row) -> Verdict:
 def _icmp(r: Row) -> Verdict:
     name = "icmpv6" if r.proto == 58 else "icmp"
     return PLAIN, name, f"{name.upper()}: {_n(r.sampled, 'message')} in clear; ICMP has no encryption of its own"
+
+
+def _no_payload(r: Row) -> Verdict:
+    if r.more:
+        return UNKNOWN, None, "payload observed but none sampled"
+    return UNKNOWN, None, "no payload observed"
 
 
 def _later(r: Row) -> bool:
@@ -434,6 +440,7 @@ def _slurm(r: Row) -> Verdict:
 
 #: Handlers of the families worded here; :mod:`.verdict` joins them with :data:`.reasons.HANDLERS`.
 SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
+    Family.NO_PAYLOAD: _no_payload,
     Family.ICMP: _icmp,
     Family.HTTP: _http,
     Family.DNS: _dns,
