@@ -117,7 +117,8 @@ class Family(IntEnum):
     KAFKA = 34
     SLURM = 35
     RADIUS = 36
-    GENERIC = 37
+    RX = 37
+    GENERIC = 38
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from ringfence.observe.recognise.labels import HTTP_LABELS, Label
+from ringfence.observe.recognise.labels import HTTP_LABELS, READABLE_KINDS, Kind, Label
 from ringfence.observe.recognise.reasons import ENC, HANDSHAKE, INTEG, PLAIN, UNKNOWN, Family, Row, Verdict
 from ringfence.observe.recognise.reasons import plural as _n
 
@@ -342,6 +342,25 @@ def _radius(r: Row) -> Verdict:
     )
 
 
+def _rx(r: Row) -> Verdict:
+    null, kad, ctrl = r.c(Label.RX_NULL), r.c(Label.RX_KAD), r.c(Label.RX_CTRL)
+    lead = f"AFS Rx ({_n(null + kad, 'DATA packet')}, {_n(ctrl, 'control packet')}; epoch and connection id agree)"
+    if null:
+        return PLAIN, "rx", f"{lead}: security index 0 (rxnull) — neither authenticated nor encrypted"
+    readable = r.readable_body((*READABLE_KINDS, Kind.LOW))
+    if kad and readable:
+        return PLAIN, "rx", (
+            f"{lead}: rxkad (security index 2) with {_n(readable, 'DATA body')} not ciphertext (readable or "
+            "low entropy): level clear or auth — authenticated at most, NOT confidential"
+        )
+    if kad:
+        return UNKNOWN, "rx", (
+            f"{lead}: rxkad (security index 2); DATA bodies high entropy — level crypt, or compressed data; the "
+            "level is not in the header"
+        )
+    return UNKNOWN, "rx", f"{lead}: control packets only, no DATA sampled"
+
+
 def _dhcp(r: Row) -> Verdict:
     return (
         PLAIN,
@@ -457,6 +476,7 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.KERBEROS: _kerberos,
     Family.LDAP: _ldap,
     Family.RADIUS: _radius,
+    Family.RX: _rx,
     Family.DHCP: _dhcp,
     Family.TFTP: _tftp,
     Family.POSTGRES: _postgres,
