@@ -254,3 +254,10 @@ def test_service_captures(capture: str, port: int, protection: str, protocol: st
     rows = [r for r in table.to_pylist() if port in (r["sport"], r["dport"])]
     assert rows
     assert {(r["protection"], r["protocol"]) for r in rows} == {(protection, protocol)}
+
+
+def test_prometheus_scrape_and_h2c_are_named() -> None:
+    scrape = verdict(Flow(dport=9100).fwd(b"GET /metrics HTTP/1.1\r\nHost: node-7:9100\r\n\r\n"))
+    assert scrape[:2] == ("plaintext", "http") and "Prometheus" in scrape[2]
+    h2c = verdict(Flow(dport=2379).fwd(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(9)))
+    assert h2c[:2] == ("plaintext", "http2") and "gRPC" in h2c[2]
