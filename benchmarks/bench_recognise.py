@@ -6,7 +6,7 @@ For each of the two trees (``git archive BASE src`` unpacked into a temporary di
 working tree), alternately, in fresh single-threaded subprocesses, the median of ``--runs`` runs of:
 
 - the whole in-process read of the mixed benchmark capture (gen_capture.py ``mixed``, ``--size``),
-  as ``bench_pcap.py`` measures it;
+  as ``bench_pcap.py`` measures it (wall and CPU time: on a shared machine CPU time is the steadier);
 - ``classify_flows`` alone on that capture's flows and samples;
 - ``classify_flows`` on ``--flows`` synthetic flows × 16 sampled heads (a quarter TLS, a quarter float32
   tensors, a quarter WireGuard, a quarter random: the worst case, every head analysed).
@@ -42,9 +42,9 @@ from ringfence.observe.payload import classify_flows
 from ringfence.observe.samples import FlowKeys, PayloadSamples
 
 path, n = Path(sys.argv[1]), int(sys.argv[2])
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 PcapReader().read(path)
-read = time.perf_counter() - t0
+read, read_cpu = time.perf_counter() - t0, time.process_time() - c0
 _, keys, samples, _ = PcapReader()._read(path, None)
 t0 = time.process_time()
 classify_flows(keys, samples)
@@ -74,8 +74,8 @@ bulk = PayloadSamples(flow=np.repeat(np.arange(n, dtype=np.int64), per), forward
 t0 = time.process_time()
 classify_flows(bulk_keys, bulk)
 bulk_classify = time.process_time() - t0
-print(json.dumps({"read": read, "bytes": path.stat().st_size, "capture_flows": keys.n, "capture_samples": samples.m,
-                  "capture_classify": capture_classify, "bulk_classify": bulk_classify}))
+print(json.dumps({"read": read, "read_cpu": read_cpu, "bytes": path.stat().st_size, "capture_flows": keys.n,
+                  "capture_samples": samples.m, "capture_classify": capture_classify, "bulk_classify": bulk_classify}))
 """
 
 
@@ -118,13 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mixed capture {first['bytes'] / 1e9:.2f} GB, {int(first['capture_flows'])} flows, "
           f"{int(first['capture_samples'])} sampled heads; synthetic {args.flows} flows x 16 heads; "
           f"medians of {args.runs} (base {args.base[:10]})\n")  # fmt: skip
-    print("| tree | read in-process (s) | GB/s | classify, capture (ms CPU) | classify, synthetic (s CPU) |")
-    print("|---|---|---|---|---|")
+    print("| tree | read in-process: wall s (GB/s), CPU s | classify, capture (ms CPU) | classify, synthetic (s CPU) |")
+    print("|---|---|---|---|")
     for name, rs in runs.items():
         read = statistics.median(r["read"] for r in rs)
+        cpu = statistics.median(r["read_cpu"] for r in rs)
         cap = statistics.median(r["capture_classify"] for r in rs) * 1000
         bulk = statistics.median(r["bulk_classify"] for r in rs)
-        print(f"| {name} | {read:.3f} | {first['bytes'] / read / 1e9:.2f} | {cap:.1f} | {bulk:.3f} |")
+        print(f"| {name} | {read:.3f} ({first['bytes'] / read / 1e9:.2f}), {cpu:.3f} | {cap:.1f} | {bulk:.3f} |")
     return 0
 
 

@@ -77,6 +77,24 @@ def test_real_ssh_sessions_are_encrypted(name: str) -> None:
     assert "NEWKEYS" in str(row["reason"])
 
 
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        # wireguard-go 0.0.20220316 between two namespaces (made for these tests, snaplen 96), a bulk TCP
+        # stream through the tunnel: both directions, with a handshake in the middle of the capture …
+        ("wireguard-go-bulk.pcap", 14),
+        # … and the sender's full-size packets alone (1452 bytes: padding stops at the MTU 1420), which is
+        # what a flow's first sampled packets hold when a bulk sender's burst outruns the ACKs.
+        ("wireguard-go-bulk-full-size.pcap", 16),
+    ],
+)
+def test_real_wireguard_go_tunnels_are_encrypted(name: str, data: int) -> None:
+    table, _, _, _ = pcap.PcapReader()._read(ASSETS / name, None)
+    (row,) = table.to_pylist()
+    assert (row["protection"], row["protocol"]) == ("encrypted", "wireguard"), row["reason"]
+    assert f"{data} transport data messages" in str(row["reason"])
+
+
 def test_quic_capture_cut_after_the_long_headers_is_handshake_only() -> None:
     _, keys, samples = read("quic_handshake.pcap")
     first = np.arange(samples.m) < 8  # the reader keeps the first packets in time order

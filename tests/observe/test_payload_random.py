@@ -10,6 +10,8 @@ from payload_build import Flow, build
 from ringfence.observe.payload import classify_flows
 from ringfence.observe.recognise.framing import label_packets, packets
 from ringfence.observe.recognise.labels import Label
+from ringfence.observe.recognise.reasons import Family
+from ringfence.observe.recognise.verdict import HANDLERS
 from ringfence.observe.samples import HEAD_BYTES, FlowKeys, PayloadSamples
 
 #: Ports of every protocol recognised, so no port-conditioned rule escapes the test.
@@ -81,3 +83,45 @@ def test_any_bytes_and_any_claimed_length_give_a_verdict(
         protection, _, reason = classify_flows(keys, s)
         assert protection[0] in VOCABULARY
         assert reason[0]
+
+
+def test_every_family_has_exactly_one_handler() -> None:
+    assert set(HANDLERS) == set(Family)
+
+
+def _valid_messages() -> list[tuple[int, int, bytes]]:
+    """(proto, port, message) built to the specifications in the storage and service tests."""
+    import test_payload_services as sv
+    import test_payload_storage as sg
+
+    return [
+        (6, 2049, sg.rpc_call(sg.gss(3), body=bytes(40))),
+        (17, 2049, sg.rpc_call(sg.auth_sys(), tcp=False)),
+        (6, 2049, sg.rpc_reply(6)),
+        (6, 445, sg.smb2(8, signed=True)),
+        (6, 445, sg.transform()),
+        (17, 161, sv.snmp_v3(0x07)),
+        (17, 161, sv.snmp_v2c()),
+        (17, 88, sv.krb_as_req()),
+        (6, 389, sv.ldap_msg(sv.tlv(0x60, sv.integer(3) + sv.octets(b"cn=a") + sv.tlv(0x80, b"pw")))),
+        (17, 623, sv.rmcp_plus(0xC0, bytes(32), trailer=bytes(16))),
+        (6, 3389, sv._x224(0xD0, 2, 0)),
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_truncated_and_corrupted_messages_never_crash(data: st.DataObject) -> None:
+    proto, port, message = data.draw(st.sampled_from(_valid_messages()))
+    cut = data.draw(st.integers(1, len(message)))
+    flip = data.draw(st.integers(0, cut - 1))
+    corrupted = bytearray(message[:cut])
+    corrupted[flip] ^= data.draw(st.integers(1, 255))
+    claimed = data.draw(st.integers(cut, 1 << 20))
+    for payload in (message[:cut], bytes(corrupted)):
+        keys, samples = build([Flow(proto=proto, dport=port).fwd(payload)])
+        longer = PayloadSamples(flow=samples.flow, forward=samples.forward,
+                                length=np.full(1, claimed, dtype=np.int32), head=samples.head)  # fmt: skip
+        for s in (samples, longer):
+            protection, _, reason = classify_flows(keys, s)
+            assert protection[0] in VOCABULARY and reason[0]

@@ -226,9 +226,20 @@ def test_slurm_rpc_with_munge_is_integrity_only() -> None:
     assert "not encrypted" in reason
 
 
+def test_radius_attributes_are_plaintext() -> None:
+    attrs = b"\x01\x07admin" + b"\x02\x12" + rand(16) + b"\x04\x06\x0a\x00\x00\x01"
+    request = struct.pack(">BBH", 1, 5, 20 + len(attrs)) + rand(16) + attrs
+    protection, protocol, reason = verdict(Flow(proto=17, sport=40000, dport=1812).fwd(request))
+    assert (protection, protocol) == ("plaintext", "radius")
+    assert "User-Password" in reason
+    assert verdict(Flow(proto=17, dport=1812).fwd(request + b"\x00"))[1] is None  # length must be the datagram's
+
+
 @pytest.mark.parametrize(
     ("capture", "port", "protection", "protocol"),
     [
+        ("RADIUS.pcap", 1812, "plaintext", "radius"),
+        ("RADIUS-RFC5176.pcap", 3799, "plaintext", "radius"),
         ("afs.pcap", 88, "handshake-only", "kerberos"),
         ("dhcp-option-108.pcapng", 67, "plaintext", "dhcp"),
         ("dhcpv6-ia-na.pcap", 547, "plaintext", "dhcp"),
@@ -243,3 +254,10 @@ def test_service_captures(capture: str, port: int, protection: str, protocol: st
     rows = [r for r in table.to_pylist() if port in (r["sport"], r["dport"])]
     assert rows
     assert {(r["protection"], r["protocol"]) for r in rows} == {(protection, protocol)}
+
+
+def test_prometheus_scrape_and_h2c_are_named() -> None:
+    scrape = verdict(Flow(dport=9100).fwd(b"GET /metrics HTTP/1.1\r\nHost: node-7:9100\r\n\r\n"))
+    assert scrape[:2] == ("plaintext", "http") and "Prometheus" in scrape[2]
+    h2c = verdict(Flow(dport=2379).fwd(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(9)))
+    assert h2c[:2] == ("plaintext", "http2") and "gRPC" in h2c[2]

@@ -175,6 +175,38 @@ def test_lnet_acceptor_is_unknown_with_its_reason() -> None:
     assert "sptlrpc" in reason
 
 
+def _rx(kind: int, security: int, body: bytes, *, epoch: int = 0x3829A1B2, cid: int = 0x1B557A5C) -> bytes:
+    header = struct.pack(">IIIIIBBBBHH", epoch, cid, 290, 1, 431, kind, 5, 0, security, 0, 1)
+    return header + body
+
+
+def test_afs_rx_by_security_index() -> None:
+    call = struct.pack(">IIII", 132, 536871098, 846, 1049757)  # fetch-status, fid: readable
+    null = Flow(proto=17, sport=7001, dport=7000).fwd(_rx(1, 0, call)).back(_rx(1, 0, bytes(40) + call))
+    assert verdict(null)[:2] == ("plaintext", "rx")
+    kad = Flow(proto=17, sport=7001, dport=7000).fwd(_rx(1, 2, call + bytes(32))).back(_rx(2, 2, rand(20)))
+    assert verdict(kad)[:2] == ("plaintext", "rx")
+    crypt = Flow(proto=17, sport=7001, dport=7000).fwd(_rx(1, 2, rand(200))).back(_rx(2, 2, rand(20)))
+    assert verdict(crypt)[:2] == ("unknown", "rx")
+    # One header alone, or two that disagree on the connection, are not Rx.
+    assert verdict(Flow(proto=17, dport=7000).fwd(_rx(1, 0, call)))[1] is None
+    other = Flow(proto=17, dport=7000).fwd(_rx(1, 0, call), _rx(1, 0, call, cid=0x0BADF00C))
+    assert verdict(other)[1] is None
+
+
+def test_afs_capture_is_judged_rx_and_kerberos() -> None:
+    pcap = pytest.importorskip("ringfence.observe.flows.pcap")
+    path = CAPTURES / "afs.pcap"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    table, _, _, _ = pcap.PcapReader()._read(path, None)
+    rows = table.to_pylist()
+    rx = [r for r in rows if r["protocol"] == "rx"]
+    assert len(rx) >= 10
+    assert {r["protection"] for r in rx} <= {"plaintext", "unknown"}  # never encrypted: nothing proves it
+    assert any("rxnull" in str(r["reason"]) for r in rx)
+
+
 @pytest.mark.parametrize(
     ("capture", "protection", "protocol"),
     [

@@ -55,6 +55,7 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
     sv.rmcp,
     sv.kerberos,
     sv.ldap,
+    sv.radius,
     sv.dhcp,
     sv.tftp_request,
     sv.postgres,
@@ -67,17 +68,20 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
 
 
 def _first_byte_table() -> npt.NDArray[np.bool_]:
-    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate)."""
+    """First payload bytes any :data:`_SERVICES` recogniser can start with (a superset, for a cheap gate);
+    Ceph frame tags (1..30) are gated with their segment count instead, which keeps the table sparse."""
     table = np.zeros(256, dtype=np.bool_)
-    table[:51] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP), NVMe/TCP, Ceph, RMCP, MQTT
-    # RPC record mark, SNMP/LDAP SEQUENCE, Ceph banner, iSCSI opcodes, Kerberos APPLICATION tags, LNet magics
-    table[[0x80, 0x30, 0x63, 0x43, 0x44, 0x64, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E, 0xAC, 0xED, 0xEE]] = True
+    table[:14] = True  # lengths' high bytes (RPC, SMB, Kafka, Slurm, PostgreSQL, TFTP, LNet), NVMe, DHCP, RADIUS
+    # MQTT, RMCP, RDP and iSCSI opcodes, SNMP/LDAP SEQUENCE, Ceph banner, Kerberos tags, RPC mark, LNet magics
+    table[[0x10, 0x23, 0x24, 0x43, 0x44, 0x64, 0x30, 0x63, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E]] = True
+    table[[0x80, 0xAC, 0xED, 0xEE, 0x28, 0x29, 0x2A, 0x2B, 0x2C, 0x2D]] = True  # … RADIUS CoA/Disconnect
     return table
 
 
 _SERVICE_FIRST: Final = _first_byte_table()
 _KRB_TCP: Final = np.isin(np.arange(256), [0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])
 _GQUIC_TAGS: Final = (b"CHLO", b"REJ\x00", b"SHLO")
+_RX_HEADER: Final = 28
 
 
 @dataclass(frozen=True)
@@ -137,12 +141,43 @@ def _tftp_transfer(p: Packets, out: Labeller) -> None:
     out.assign(ack, np.where(np.isin(ack_key, both), Label.TFTP_ACK, 0).astype(np.int64))
 
 
+def _rx(p: Packets, out: Labeller) -> None:
+    """AFS Rx over UDP (the OpenAFS ``rx_header``, 28 bytes): epoch, connection id (low 2 bits: the
+    channel), call number, sequence, serial, type 1..13, flags, user status, security index 0..3,
+    spare, service id. A header is ~10 bits of evidence, too little alone; two packets of one flow
+    with the same epoch and connection id (each a 32-bit value the client chose) make an Rx connection.
+    DATA (type 1) bodies after the header are checked for readable data."""
+    udp = np.flatnonzero(out.free & (p.proto == 17) & (p.length >= _RX_HEADER))
+    # type and security index lie past the transposed columns: read them from the head, UDP rows only
+    ok = ((p.head[udp, 20] - 1) < 13) & (p.head[udp, 23] <= 3)
+    rows = udp[ok]
+    if rows.size < 2:
+        return
+    s = p.head[rows]
+    epoch = (s[:, 0].astype(np.int64) << 24) | (s[:, 1].astype(np.int64) << 16) | (s[:, 2].astype(np.int64) << 8)
+    epoch |= s[:, 3]
+    cid = (s[:, 4].astype(np.int64) << 22) | (s[:, 5].astype(np.int64) << 14) | (s[:, 6].astype(np.int64) << 6)
+    cid |= s[:, 7] >> 2
+    key = np.stack([p.flow[rows], epoch, cid], axis=1)
+    _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    shared = counts[inverse.reshape(-1)] >= 2
+    data = s[:, 20] == 1
+    security = s[:, 23]
+    codes = np.select(
+        [shared & data & (security == 0), shared & data & (security == 2), shared],
+        [Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL],
+        0,
+    ).astype(np.int64)
+    body = codes == Label.RX_KAD
+    out.assign(rows, codes, np.where(body, _RX_HEADER, -1), p.valid[rows])
+
+
 def _services(p: Packets, out: Labeller) -> None:
     """Run :data:`_SERVICES` on the free rows that pass a cheap gate (their first byte, or the fields
     MySQL's, UDP RPC's and TCP Kerberos' rules start from), gathered once: most traffic is never a candidate."""
     c = p.cols
     tcp, udp = p.proto == 6, p.proto == 17
-    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]]))
+    gate = _SERVICE_FIRST[c[0]] | (tcp & ((c[3] <= 1) | _KRB_TCP[c[4]] | (((c[0] - 1) < 30) & ((c[1] - 1) < 4))))
     gate |= udp & (c[4] == 0) & (c[5] == 0) & (c[6] == 0)
     rows = np.flatnonzero(gate & out.free)
     if rows.size == 0:
@@ -164,6 +199,7 @@ def label_packets(p: Packets, n_flows: int) -> Framing:
         recognise(p, out)
     _gquic_tags(p, out, n_flows)
     _tftp_transfer(p, out)
+    _rx(p, out)
     return Framing(label=out.label, body_start=out.body_start, body_stop=out.body_stop)
 
 

@@ -1,5 +1,5 @@
 """Recognisers for management, identity and service protocols: SNMP, IPMI/RMCP(+), Kerberos, LDAP,
-DHCP, TFTP requests, PostgreSQL, MySQL, MQTT, RDP, Kafka and Slurm RPC.
+RADIUS, DHCP, TFTP requests, PostgreSQL, MySQL, MQTT, RDP, Kafka and Slurm RPC.
 
 BER-encoded protocols (SNMP, Kerberos, LDAP) are walked TLV by TLV with every length bounded
 (short form or 0x81-0x83 long form; anything else ends the walk unlabelled); the others are checked
@@ -34,9 +34,14 @@ _DHCP6_PORTS: Final = (546, 547)
 _LDAP_STARTTLS_OID: Final = b"1.3.6.1.4.1.1466.20037"
 _TFTP_MODES: Final = (b"octet\x00", b"netascii\x00", b"mail\x00")
 _MUNGE: Final = b"MUNGE:"
+#: RADIUS codes: Access-Request/Accept/Reject, Accounting, Challenge, Status-Server/Client, CoA/Disconnect.
+_RADIUS_CODE: Final = np.isin(np.arange(256), [1, 2, 3, 4, 5, 11, 12, 13, 40, 41, 42, 43, 44, 45])
+_RADIUS_WALK: Final = 4
 #: RMCP+ payload types (IPMI v2.0 §13.27.3): IPMI message, SOL, open session request/response, RAKP 1-4.
 _RMCPP_PAYLOADS: Final = np.array([0x00, 0x01, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15])
 _KRB_APP: Final = np.array([0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])  # AS/TGS REQ/REP, AP-REQ/REP, KRB-ERROR
+#: Per byte value: a Kerberos APPLICATION tag (a look-up is cheaper than isin over every row).
+_KRB_TAG: Final = np.isin(np.arange(256), _KRB_APP)
 _LDAP_OPS: Final = np.array(
     [0x42, 0x4A, 0x50, 0x60, 0x61, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x73]
     + [0x77, 0x78, 0x79]
@@ -98,6 +103,8 @@ def snmp(p: Packets, out: Labeller) -> None:
     zero = np.zeros(idx.size, dtype=np.int64)
     _, total, header, ok = tlv(s, zero, v)
     ok &= header + total == length
+    if not ok.any():  # most candidates fail here: skip the rest of the walk
+        return
     version, pos, vok = _int_small(s, header, v)
     ok &= vok
     tag, clen, chdr, cok = tlv(s, pos, v)
@@ -186,8 +193,8 @@ def kerberos(p: Packets, out: Labeller) -> None:
     holding a SEQUENCE whose first fields are pvno 5 and the msg-type the tag names; over TCP after a
     4-byte length (§7.2.2)."""
     c = p.cols
-    udp = (p.proto == _UDP) & np.isin(c[0], _KRB_APP)
-    tcp = (p.proto == _TCP) & (c[0] < 0x80) & np.isin(c[4], _KRB_APP)
+    udp = (p.proto == _UDP) & _KRB_TAG[c[0]]
+    tcp = (p.proto == _TCP) & (c[0] < 0x80) & _KRB_TAG[c[4]]
     for base, rows in ((0, udp), (4, tcp)):
         idx, s, length, v = _select(p, out, rows & (p.length >= base + 16))
         if idx.size == 0:
@@ -197,6 +204,8 @@ def kerberos(p: Packets, out: Labeller) -> None:
         # UDP: the message is the datagram; TCP: the length prefix counts it and may exceed the segment.
         size = length if base == 0 else be32(s, 0)
         ok &= (header + total == size) & (size >= length - base)
+        if not ok.any():
+            continue
         seq, _, shdr, sok = tlv(s, pos + header, v)
         ok &= sok & (seq == 0x30)
         first = pos + header + shdr
@@ -222,6 +231,9 @@ def ldap(p: Packets, out: Labeller) -> None:
     zero = np.zeros(idx.size, dtype=np.int64)
     _, total, header, ok = tlv(s, zero, v)
     ok &= total >= 5  # a message may span segments or share one, so its length bounds only its own fields
+    ok &= at(s, header) == 0x02  # the messageID INTEGER
+    if not ok.any():
+        return
     msg_id, pos, iok = _int_small(s, header, v)
     op, olen, ohdr, ook = tlv(s, pos, v)
     # The protocolOp ends the message, or optional controls ([0], RFC 4511 §4.1.11) follow it.
@@ -398,6 +410,25 @@ def kafka(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok & text, Label.KAFKA, 0).astype(np.int64))
 
 
+def radius(p: Packets, out: Labeller) -> None:
+    """RADIUS (RFC 2865 §3, 2866, 5176): code 1-5, 11-13 or 40-45, identifier, length equal to the
+    datagram's (20..4096), the 16-byte authenticator, then attributes (type >= 1, length >= 2) that
+    fit the packet, walked while inside the head."""
+    c = p.cols
+    cand = (p.proto == _UDP) & _RADIUS_CODE[c[0]] & (p.length >= 20) & (p.length <= 4096)
+    idx, s, length, v = _select(p, out, cand)
+    if idx.size == 0:
+        return
+    ok = be16(s, 2) == length
+    pos = np.full(idx.size, 20, dtype=np.int64)
+    for _ in range(_RADIUS_WALK):
+        visible = ok & (pos < length) & (pos + 2 <= v)
+        attr_len = at(s, pos + 1)
+        ok &= ~visible | ((at(s, pos) >= 1) & (attr_len >= 2) & (pos + attr_len <= length))
+        pos = np.where(visible, pos + attr_len, pos)
+    out.assign(idx, np.where(ok, Label.RADIUS, 0).astype(np.int64))
+
+
 def slurm(p: Packets, out: Labeller) -> None:
     """Slurm RPC (slurm_protocol_pack.c): 4-byte length, protocol version (19.05 .. 27.x: high byte
     33..50, low 0), flags, msg_type 1001..12000, body length; the MUNGE credential (``MUNGE:…``)
@@ -425,6 +456,7 @@ __all__ = [
     "mqtt",
     "mysql",
     "postgres",
+    "radius",
     "rdp",
     "rmcp",
     "slurm",

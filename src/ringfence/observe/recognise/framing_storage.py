@@ -39,6 +39,8 @@ _RPC_RECORD_MAX: Final = 1 << 24
 _SMB2_CANCEL: Final = 12
 _SMB2_OPLOCK_BREAK: Final = 18
 _STATUS_PENDING: Final = 0x00000103
+#: First bytes of iSCSI login/text PDUs: opcode 0x03/0x23/0x04/0x24, optionally with the immediate bit 0x40.
+_ISCSI_FIRST: Final = np.isin(np.arange(256), [0x03, 0x23, 0x04, 0x24, 0x43, 0x63, 0x44, 0x64])
 _NVME_HLEN: Final = {4: 72, 5: 24, 6: 24, 7: 24, 9: 24}  # PDU type -> header length (NVMe/TCP 1.0 §3.6)
 
 
@@ -189,8 +191,7 @@ def iscsi(p: Packets, out: Labeller) -> None:
     login response 0x23 (status class 0..3), text request 0x04 / response 0x24; TotalAHSLength 0.
     """
     c = p.cols
-    opcode = c[0] & 0x3F
-    cand = (p.proto == _TCP) & np.isin(opcode, [0x03, 0x23, 0x04, 0x24]) & ((c[0] & 0x80) == 0) & (c[4] == 0)
+    cand = (p.proto == _TCP) & _ISCSI_FIRST[c[0]] & (c[4] == 0)
     idx, s, length, v = _select(p, out, cand & (p.length >= 52))
     if idx.size == 0:
         return
@@ -237,13 +238,14 @@ def ceph(p: Packets, out: Labeller) -> None:
     1..4, four (length, alignment) pairs with the unused ones zero, flags, reserved 0, crc32c).
 
     AUTH_DONE (tag 6) carries global_id (u64) then con_mode (u32: 1 crc, 2 secure) right after the
-    preamble. Tags 1..7 precede authentication; later frames in clear mean crc mode.
+    preamble. Tags 1..7 precede authentication; later frames in clear mean crc mode. Tags end at 30
+    (msgr2 defines up to COMPRESSION_DONE, 23).
     """
     c = p.cols
     banner = (p.proto == _TCP) & (c[0] == 0x63) & (c[1] == 0x65) & (c[2] == 0x70) & (c[3] == 0x68)
     idx, s, _, _ = _select(p, out, banner & (p.length >= 8))
     out.assign(idx, np.where(prefix(s, 0, b"ceph v2\n"), Label.CEPH_BANNER, 0).astype(np.int64))
-    cand = (p.proto == _TCP) & (c[0] >= 1) & (c[0] <= 50) & (c[1] >= 1) & (c[1] <= 4) & (p.length >= 32)
+    cand = (p.proto == _TCP) & (c[0] >= 1) & (c[0] <= 30) & (c[1] >= 1) & (c[1] <= 4) & (p.length >= 32)
     idx, s, _, v = _select(p, out, cand)
     if idx.size == 0:
         return

@@ -207,6 +207,8 @@ def ssh_kex(p: Packets, out: Labeller) -> None:
         return
     k = idx.size
     ok, code, plen = _ssh_packet(s, np.zeros(k, dtype=np.int64), v)
+    if not ok.any():
+        return
     newkeys = ok & (code == 21)
     last_code = np.where(ok, code, 0)
     end = np.where(ok, plen + 4, length)  # where the last parsed packet ends

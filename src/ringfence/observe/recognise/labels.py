@@ -134,6 +134,11 @@ class Label(IntEnum):
     SLURM = 107
     RPC_DENIED = 108  # a rejected RPC call (authentication error, version mismatch): no data
     RPC_NULL = 109  # a NULL-procedure ping (procedure 0): no arguments, no results
+    RADIUS = 110
+    # AFS Rx (UDP): labelled per flow (framing._rx), by the security index of the connection
+    RX_NULL = 111  # DATA on an rxnull connection (security index 0): no authentication, no encryption
+    RX_KAD = 112  # DATA on an rxkad connection (index 2): level clear / auth / crypt not in the header
+    RX_CTRL = 113  # ACK, BUSY, ABORT, ACKALL, CHALLENGE, RESPONSE, …
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -116,7 +116,9 @@ class Family(IntEnum):
     RDP = 33
     KAFKA = 34
     SLURM = 35
-    GENERIC = 36
+    RADIUS = 36
+    RX = 37
+    GENERIC = 38
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).
@@ -547,15 +549,8 @@ def _generic(r: Row) -> Verdict:
     return UNKNOWN, None, f"only short payloads (< 16 bytes) with no recognised framing{hint}"
 
 
-def _no_payload(r: Row) -> Verdict:
-    if r.more:
-        return UNKNOWN, None, "payload observed but none sampled"
-    return UNKNOWN, None, "no payload observed"
-
-
 #: Handlers of the families worded here; :mod:`.verdict` joins them with :mod:`.reasons_services`' ones.
 HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
-    Family.NO_PAYLOAD: _no_payload,
     Family.MACSEC: _macsec,
     Family.ESP: _esp,
     Family.RFT: _rft,

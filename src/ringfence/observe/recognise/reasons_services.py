@@ -1,6 +1,6 @@
-"""The words of the verdicts for service protocols: plaintext ones (HTTP, DNS, NTP, syslog, ICMP) and
-the storage, management and identity protocols (NFS/ONC RPC, SMB, iSCSI, NVMe/TCP, Ceph, LNet,
-SNMP, IPMI, Kerberos, LDAP, DHCP, TFTP, PostgreSQL, MySQL, MQTT, RDP, Kafka, Slurm).
+"""The words of the verdicts for flows without payload, plaintext service protocols (HTTP, DNS, NTP,
+syslog, ICMP) and the storage, management and identity protocols (NFS/ONC RPC, SMB, iSCSI, NVMe/TCP,
+Ceph, LNet, SNMP, IPMI, Kerberos, LDAP, RADIUS, DHCP, TFTP, PostgreSQL, MySQL, MQTT, RDP, Kafka, Slurm).
 
 Each handler decides by its protocol's own rules, the weakest message first: one message in clear
 makes a flow plaintext even when others were protected. ``docs/verdicts.md`` states the evidence.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from ringfence.observe.recognise.labels import HTTP_LABELS, Label
+from ringfence.observe.recognise.labels import HTTP_LABELS, READABLE_KINDS, Kind, Label
 from ringfence.observe.recognise.reasons import ENC, HANDSHAKE, INTEG, PLAIN, UNKNOWN, Family, Row, Verdict
 from ringfence.observe.recognise.reasons import plural as _n
 
@@ -47,6 +47,12 @@ def _syslog(r: Row) -> Verdict:
 def _icmp(r: Row) -> Verdict:
     name = "icmpv6" if r.proto == 58 else "icmp"
     return PLAIN, name, f"{name.upper()}: {_n(r.sampled, 'message')} in clear; ICMP has no encryption of its own"
+
+
+def _no_payload(r: Row) -> Verdict:
+    if r.more:
+        return UNKNOWN, None, "payload observed but none sampled"
+    return UNKNOWN, None, "no payload observed"
 
 
 def _later(r: Row) -> bool:
@@ -324,6 +330,37 @@ def _ldap(r: Row) -> Verdict:
     )
 
 
+def _radius(r: Row) -> Verdict:
+    return (
+        PLAIN,
+        "radius",
+        (
+            f"RADIUS: {_n(r.c(Label.RADIUS), 'message')} with attributes in clear (User-Name, NAS and station ids); "
+            "User-Password is only hidden with an MD5 keystream of the shared secret and Message-Authenticator "
+            "authenticates — neither makes it confidential (RADIUS over TLS shows as TLS)"
+        ),
+    )
+
+
+def _rx(r: Row) -> Verdict:
+    null, kad, ctrl = r.c(Label.RX_NULL), r.c(Label.RX_KAD), r.c(Label.RX_CTRL)
+    lead = f"AFS Rx ({_n(null + kad, 'DATA packet')}, {_n(ctrl, 'control packet')}; epoch and connection id agree)"
+    if null:
+        return PLAIN, "rx", f"{lead}: security index 0 (rxnull) — neither authenticated nor encrypted"
+    readable = r.readable_body((*READABLE_KINDS, Kind.LOW))
+    if kad and readable:
+        return PLAIN, "rx", (
+            f"{lead}: rxkad (security index 2) with {_n(readable, 'DATA body')} not ciphertext (readable or "
+            "low entropy): level clear or auth — authenticated at most, NOT confidential"
+        )
+    if kad:
+        return UNKNOWN, "rx", (
+            f"{lead}: rxkad (security index 2); DATA bodies high entropy — level crypt, or compressed data; the "
+            "level is not in the header"
+        )
+    return UNKNOWN, "rx", f"{lead}: control packets only, no DATA sampled"
+
+
 def _dhcp(r: Row) -> Verdict:
     return (
         PLAIN,
@@ -422,6 +459,7 @@ def _slurm(r: Row) -> Verdict:
 
 #: Handlers of the families worded here; :mod:`.verdict` joins them with :data:`.reasons.HANDLERS`.
 SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
+    Family.NO_PAYLOAD: _no_payload,
     Family.ICMP: _icmp,
     Family.HTTP: _http,
     Family.DNS: _dns,
@@ -437,6 +475,8 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.IPMI: _ipmi,
     Family.KERBEROS: _kerberos,
     Family.LDAP: _ldap,
+    Family.RADIUS: _radius,
+    Family.RX: _rx,
     Family.DHCP: _dhcp,
     Family.TFTP: _tftp,
     Family.POSTGRES: _postgres,

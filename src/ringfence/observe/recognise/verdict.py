@@ -94,6 +94,8 @@ def families(f: FlowFacts) -> I64:
         (Family.IPMI, f.count(*_IPMI) > 0),
         (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
         (Family.LDAP, f.count(*_LDAP) > 0),
+        (Family.RADIUS, f.count(Label.RADIUS) > 0),
+        (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
         (Family.POSTGRES, f.count(Label.PG_SSLREQ, Label.PG_STARTUP) > 0),
@@ -166,6 +168,8 @@ def _groups(sig: npt.NDArray[np.int32]) -> tuple[I64, I64]:
     Grouping sorts one 64-bit hash (sorting whole signatures is far slower); a second, independent
     hash must also agree within a group, and any flow where it does not gets a group of its own.
     """
+    # A signature row that is zero for every flow (a label no flow has) changes no grouping: skip it.
+    sig = sig[np.flatnonzero(np.any(sig != 0, axis=1))]
     _, first, inverse = np.unique(_hash(sig, 0x9E3779B97F4A7C15), return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     check = _hash(sig, 0xC2B2AE3D27D4EB4F)
