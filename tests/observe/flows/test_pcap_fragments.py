@@ -136,3 +136,25 @@ def test_any_order_joins_every_fragment(tmp_path_factory: object, order: list[in
     path.write_bytes(pcap(frames([pieces[i] for i in order])))
     result = PcapReader(batch_packets=batch).read(path)
     assert {five(r): r["packets"] for r in rows(result.flows)} == {(src, 7100, dst, 9100, 17): 5}
+
+
+_PIECE = st.tuples(st.integers(0, 3), st.integers(0, 400).map(lambda x: x * 8), st.integers(0, 120),
+                   st.booleans(), st.booleans())  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_PIECE, min_size=1, max_size=40), st.sampled_from([1, 3, 65536]))
+def test_hostile_fragment_mixes_count_every_packet_exactly_once(
+    tmp_path_factory: object, pieces: list[tuple[int, int, int, bool, bool]], batch: int
+) -> None:
+    pkts = []
+    for ident, off, size, more, v6 in pieces:
+        data = udp(7200, 9200, b"h" * size) if off == 0 else b"h" * size
+        make = frag6 if v6 else frag4
+        pkts.append(make(A6 if v6 else A, B6 if v6 else B, 17, data, ident=ident, off=off, more=more))
+    path = Path(str(tmp_path_factory.mktemp("h"))) / "x.pcap"  # type: ignore[attr-defined]
+    path.write_bytes(pcap(frames(pkts)))
+    result = PcapReader(batch_packets=batch).read(path)
+    assert sum(result.flows.column("packets").to_pylist()) == len(pkts)  # none lost, none counted twice
+    ported = {(r["src"], r["sport"]) for r in rows(result.flows) if r["sport"] is not None}
+    assert ported <= {(A, 7200), (A6, 7200)}

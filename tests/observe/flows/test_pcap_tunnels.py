@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import struct
+import tempfile
 from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_pcap_synthetic import TS0, eth, five, ipv4, ipv6, pcap, rows, tcp, udp, write
 
 from ringfence.observe.flows.interface import ReadResult
 from ringfence.observe.flows.pcap import PcapReader
+from ringfence.observe.schema import FLOW_SCHEMA
 
 OUT_A, OUT_B = "192.0.2.1", "192.0.2.2"
 SSH = tcp(50000, 22, b"SSH-2.0-OpenSSH_9.6\r\n")
@@ -126,3 +131,55 @@ def test_fragmented_tunnel_packets_are_not_opened(tmp_path: Path) -> None:
     payload = gre(0x0800, ipv4("10.9.0.1", "10.9.0.2", 6, SSH))
     first = ipv4(OUT_A, OUT_B, 47, payload[:24], mf=True)
     assert flows(read(tmp_path, [first])) == {(OUT_A, None, OUT_B, None, 47): (1, None)}
+
+
+def _tunnel_frames() -> list[bytes]:
+    inner = ipv4("10.9.9.1", "10.9.9.2", 6, SSH)
+    type2 = struct.pack(">HHI", (1 << 12) | 7, 5, 1)
+    type3 = struct.pack(">HHIHH", 2 << 12, 3, 0, 0, 1)  # with the optional 8-byte subheader flag
+    frames = [
+        ipv4(OUT_A, OUT_B, 47, gre(0x0800, inner, csum=True, key=1, seq=2)),
+        ipv4(OUT_A, OUT_B, 47, struct.pack(">BBHHHI", 0x30, 0x81, 0x880B, 8, 3, 1) + b"\0" * 4 + b"\x21" + inner),
+        ipv4(OUT_A, OUT_B, 47, gre(0x88BE, type2 + eth(inner), seq=1)),
+        ipv4(OUT_A, OUT_B, 47, gre(0x22EB, type3 + b"\0" * 8 + eth(inner))),
+        ipv4(OUT_A, OUT_B, 47, gre(0x883E, b"\0\0\0\0" + inner)),
+        ipv4(
+            OUT_A,
+            OUT_B,
+            17,
+            udp(
+                1,
+                4790,
+                struct.pack(">BBBBI", 0x0C, 0, 0, 4, 1 << 8) + struct.pack(">BBBBI", 0, 2, 0xFF, 1, 0x30907) + inner,
+            ),
+        ),
+        ipv6("2001:db8::a", "2001:db8::b", 47, gre(0x6558, eth(inner))),
+    ]
+    return frames  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.integers(0, 6), cut=st.integers(0, 200),
+       flips=st.lists(st.tuples(st.integers(14, 200), st.integers(0, 255)), max_size=6))  # fmt: skip
+def test_corrupted_tunnel_frames_never_crash_or_count_twice(which: int, cut: int, flips: list[tuple[int, int]]) -> None:
+    frame = bytearray(eth(_tunnel_frames()[which], 0x86DD if which == 6 else 0x0800))
+    for at, value in flips:
+        if at < len(frame):
+            frame[at] = value
+    data = pcap([(TS0, bytes(frame[: max(14, len(frame) - cut)])), (TS0 + 1, eth(ipv4(OUT_A, OUT_B, 6, SSH)))])
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "x.pcap"
+        path.write_bytes(data)
+        result = PcapReader().read(path)  # one good packet: never "nothing decodable"
+    assert result.flows.schema == FLOW_SCHEMA
+    packets = result.flows.column("packets").to_pylist()
+    assert sum(packets) <= 2 and all(p >= 1 for p in packets)
+    fwd = result.flows.column("packets_fwd").to_pylist()
+    assert all(0 <= f <= p for f, p in zip(fwd, packets, strict=True))
+
+
+@pytest.mark.parametrize("which", range(7))
+def test_every_tunnel_of_the_corruption_base_opens_to_its_inner_flow(tmp_path: Path, which: int) -> None:
+    result = read(tmp_path, [_tunnel_frames()[which]], 0x86DD if which == 6 else 0x0800)
+    assert [five(r) for r in rows(result.flows)] == [("10.9.9.1", 50000, "10.9.9.2", 22, 6)]
+    assert not result.warnings

@@ -76,14 +76,25 @@ BAD_REASONS: Final = {
 }
 
 
+def _be(w: U8, col: int, width: int, dtype: str) -> I64 | None:
+    """The field as a strided view of ``w`` in its big-endian dtype (no per-byte shifts), where numpy allows it."""
+    part = w[:, col : col + width]
+    if part.shape[1] != width or part.strides[1] != 1:
+        return None
+    out: I64 = part.view(dtype)[:, 0].astype(np.int64)
+    return out
+
+
 def u16(w: U8, col: int) -> I64:
     """Big-endian 16-bit field at column ``col`` of every row."""
-    return (w[:, col].astype(np.int64) << 8) | w[:, col + 1]
+    fast = _be(w, col, 2, ">u2")
+    return fast if fast is not None else (w[:, col].astype(np.int64) << 8) | w[:, col + 1]
 
 
 def u32(w: U8, col: int) -> I64:
     """Big-endian 32-bit field at column ``col`` of every row."""
-    return (u16(w, col) << 16) | u16(w, col + 2)
+    fast = _be(w, col, 4, ">u4")
+    return fast if fast is not None else (u16(w, col) << 16) | u16(w, col + 2)
 
 
 def u64(w: U8, col: int) -> npt.NDArray[np.uint64]:
