@@ -126,14 +126,18 @@ def test_layers_enabled_over_ssh_protect_the_lab_as_the_lab_target_does(
     # the processes the layers run were started over SSH, inside the nodes' networks
     procs = StateStore(lab.name).read().processes
     assert {p.label for p in procs} >= {"tls-storage", "tls-worker-0", "wg-worker-0", "wg-worker-1"}
-    # judged on the wire, from the lab's own capture: every class encrypted
-    out = tmp_path / "keys.json"
-    for _ in range(3):  # a capture in which the job was in TCP back-off shows no collective: take another
-        code = main(["verify", "confidentiality", "--target", "lab", "--name", lab.name, "--policy", str(policy),
-                     "--seconds", "6", "-o", str(out)])
-        if code == 0:
-            break
-    assert code == 0, out.read_text()
+    # judged on the wire: from the lab's own fabric capture, and from a capture taken on every host over
+    # SSH (each host's egress, merged) — every class encrypted, the same verdict both ways
+    for target in (["--target", "lab", "--name", lab.name], ["--target", "ssh", "--hosts", str(hosts)]):
+        out = tmp_path / f"keys-{target[1]}.json"
+        for _ in range(3):  # a capture in which the job was in TCP back-off shows no collective: take another
+            code = main(["verify", "confidentiality", *target, "--policy", str(policy), "--seconds", "6",
+                         "-o", str(out)])
+            if code == 0:
+                break
+        assert code == 0, (target, out.read_text())
+        classes = json.loads(out.read_text())
+        assert classes, target
 
 
 def _probe_outcomes(argv: list[str], out: Path) -> tuple[int, dict[tuple[str, str, str], str]]:
