@@ -21,7 +21,7 @@ from ringfence.cli import main
 from ringfence.errors import EnvironmentProblem
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 from ringfence.targets import ops
 from ringfence.targets.hosts import load_hosts, ssh_site
@@ -47,8 +47,8 @@ def own_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
         yield lab, hosts, policy
     finally:
         try:
-            wireguard.disable_wireguard(lab.site())
-            tls.disable_tls(lab.site())
+            wireguard_run.disable_wireguard(lab.site())
+            tls_run.disable_tls(lab.site())
         finally:
             StateStore(lab.name).forget()
             lab.down()
@@ -186,7 +186,7 @@ def test_a_host_made_unreachable_mid_run_is_named_not_skipped(
     assert time.monotonic() - start < 120
     # nothing was forgotten: the record still lists worker-1's daemon, so the lab target can finish the job
     assert any(p.node == "worker-1" for p in StateStore(lab.name).read().processes)
-    wireguard.disable_wireguard(lab.site())
+    wireguard_run.disable_wireguard(lab.site())
     assert not any(p.layer == "wireguard" for p in StateStore(lab.name).read().processes)
     # gathering facts goes on without it: worker-1's probes are kept, named, unreachable — the rest run
     code, outcomes = _probe_outcomes(["probe", str(policy), "--target", "ssh", "--hosts", str(hosts),
