@@ -65,16 +65,16 @@ def _fmt_size(n: int) -> str:
 
 def _over_wireguard(lab: Lab, ranks: list[RankSpec], spec: BenchSpec) -> tuple[BenchRun, int, int]:
     """Gloo with WireGuard on among the ranks' nodes for this run only: the run, tunnel bytes sent, strict drops."""
-    from ringfence.secure.layers import wireguard
+    from ringfence.secure.layers import wireguard_run
 
     nodes = [r.node for r in ranks]
-    wireguard.enable_wireguard(lab.site(), nodes, strict=True)
+    wireguard_run.enable_wireguard(lab.site(), nodes, strict=True)
     try:
         run = run_allreduce(ranks, spec)
-        sent = sum(p.tx_bytes for n in nodes for p in wireguard.node_handle(lab.site(), n).peers())
-        drops = sum(sum(wireguard.strict_counters(lab.site(), n).values()) for n in nodes)
+        sent = sum(p.tx_bytes for n in nodes for p in wireguard_run.node_handle(lab.site(), n).peers())
+        drops = sum(sum(wireguard_run.strict_counters(lab.site(), n).values()) for n in nodes)
     finally:
-        wireguard.disable_wireguard(lab.site())
+        wireguard_run.disable_wireguard(lab.site())
     # Every iteration moves at least the largest message out of some rank; less through the tunnel means
     # gloo went around it and the arm would be measuring plaintext.
     floor = max(spec.sizes) * (spec.iterations + spec.warmup)

@@ -20,7 +20,7 @@ from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.policy import parse_policy
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import StateStore
 
@@ -59,15 +59,15 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
                          approved_by="cab@lab")
             # The enforced policy does not approve udp/51820 yet: enabling WireGuard would black-hole the job.
             with pytest.raises(LayerError, match="does not approve the tunnel"):
-                wireguard.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
+                wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
             text = lab.policy_yaml().replace("\nclasses:", "\n" + TUNNEL + "\nclasses:", 1)
             policy_path = work / "policy.yaml"
             policy_path.write_text(text)
             apply_policy(parse_policy(text, str(policy_path)), lab_points(lab), store, target=target,
                          inventory=lab_inventory(lab), approved_by="cab@lab", ticket="CHG-2")
-            tls.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
-            wireguard.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
-            wireguard.set_collective_class(lab.site(), ["collective"])
+            tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
+            wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
+            wireguard_run.set_collective_class(lab.site(), ["collective"])
             _steps_advance(lab, by=3, timeout=90)  # the job resumed through the tunnel (TCP back-off: seconds)
             capture = work / "secured.pcap"
             for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
@@ -78,8 +78,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
             yield lab, policy_path, capture, store
         finally:
             try:
-                wireguard.disable_wireguard(lab.site())
-                tls.disable_tls(lab.site())
+                wireguard_run.disable_wireguard(lab.site())
+                tls_run.disable_tls(lab.site())
                 rollback(lab_points(lab), store, target=target)
             finally:
                 StateStore(lab.name).forget()

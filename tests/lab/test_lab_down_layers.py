@@ -9,7 +9,7 @@ import pytest
 from ringfence.errors import EnvironmentProblem
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 from ringfence.targets import ops
 
@@ -39,8 +39,8 @@ def test_lab_down_ends_every_layer_process_and_removes_their_files() -> None:
     lab = Lab.up(workers=2, jobs=1, traffic=False)
     name, layer_dir = lab.name, StateStore(lab.name).directory
     try:
-        tls.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
-        wireguard.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
+        tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
+        wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
         labels = {p.label for p in StateStore(name).read().processes}
         assert {"tls-storage", "wg-worker-0", "wg-worker-1"} <= labels
         assert _naming(f"{layer_dir}/"), "the layers' daemons name their directory"

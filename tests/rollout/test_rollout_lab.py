@@ -32,7 +32,7 @@ from ringfence.lab.netns import require_privileges
 from ringfence.lab.rollout import LabBenchmarker, WireguardLabLayer, lab_actions
 from ringfence.rollout import NoopLayer, Rollout, RolloutRefused, StepStatus, StepTools, load_layer
 from ringfence.rollout.site_actions import StepActions
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 
 MiB = 1 << 20
@@ -70,9 +70,9 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                           LabBenchmarker(SPEC, lab), budget)
             finally:
                 try:
-                    wireguard.disable_wireguard(lab.site())
+                    wireguard_run.disable_wireguard(lab.site())
                 finally:
-                    tls.disable_tls(lab.site())
+                    tls_run.disable_tls(lab.site())
     finally:
         StateStore(lab.name).forget()
 

@@ -19,7 +19,7 @@ from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.policy import Policy
 from ringfence.secure import drills, verify
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
@@ -53,9 +53,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         policy_path = work / "policy.yaml"
         policy_path.write_text(lab.policy_yaml())
         before = drills.capture_flows(lab, 3, work / "before.pcap", policy)
-        tls.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
-        wireguard.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
-        wireguard.set_collective_class(lab.site(), ["collective"])
+        tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
+        wireguard_run.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
+        wireguard_run.set_collective_class(lab.site(), ["collective"])
         # >= one replication. A capture that starts inside an SSH session cannot see its banner, and SSH
         # without its handshake is (rightly) `unknown`: take the capture again rather than judge that one.
         # Likewise a capture taken while the job is still in TCP back-off after the tunnel came up shows no
@@ -81,8 +81,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         )
     finally:
         try:
-            wireguard.disable_wireguard(lab.site())
-            tls.disable_tls(lab.site())
+            wireguard_run.disable_wireguard(lab.site())
+            tls_run.disable_tls(lab.site())
         finally:
             lab.down()
             StateStore(lab.name).forget()
@@ -130,19 +130,20 @@ def test_enabled_layers_leave_zero_plaintext(secured: Secured) -> None:
 
 
 def test_authorisation_is_by_identity_not_address(secured: Secured) -> None:
-    lab, pdir = secured.lab, tls.pki_dir(secured.lab.name)
+    lab, pdir = secured.lab, tls_run.pki_dir(secured.lab.name)
     storage = f"https://{lab.topology.address('storage')}:8080/datasets/train-a/shard-2"
     # the same source address (worker-0's), two identities
-    allowed = tls.probe_request(lab.site(), "worker-0", pdir / "nodes" / "worker-0", storage)
-    denied = tls.probe_request(lab.site(), "worker-0", pdir / "nodes" / "aux", storage)
+    allowed = tls_run.probe_request(lab.site(), "worker-0", pdir / "nodes" / "worker-0", storage)
+    denied = tls_run.probe_request(lab.site(), "worker-0", pdir / "nodes" / "aux", storage)
     assert allowed.get("status") == 200, allowed
     assert denied.get("status") == 403 and "only ranks of job train-a" in denied["body"], denied
     jobs = f"https://{lab.topology.address('mgmt')}:8000/jobs"
-    user = tls.probe_request(lab.site(), "user", pdir / "nodes" / "user", jobs, method="POST", body='{"name": "t"}')
-    rank = tls.probe_request(lab.site(), "user", pdir / "nodes" / "worker-0", jobs, method="POST", body='{"name": "t"}')
+    site, body = lab.site(), '{"name": "t"}'
+    user = tls_run.probe_request(site, "user", pdir / "nodes" / "user", jobs, method="POST", body=body)
+    rank = tls_run.probe_request(site, "user", pdir / "nodes" / "worker-0", jobs, method="POST", body=body)
     assert user.get("status") == 201, user
     assert rank.get("status") == 403 and "only user identities" in rank["body"], rank
-    events = [e for e in tls.read_events(lab.site()) if e.get("result") == "denied"]
+    events = [e for e in tls_run.read_events(lab.site()) if e.get("result") == "denied"]
     assert any(
         e["peer"] == lab.topology.address("worker-0") and e["peer_identity"] == "spiffe://lab/node/aux" for e in events
     )

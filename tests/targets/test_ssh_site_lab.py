@@ -21,7 +21,7 @@ from ringfence.cli import main
 from ringfence.errors import EnvironmentProblem
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 from ringfence.targets import ops
 from ringfence.targets.hosts import load_hosts, ssh_site
@@ -47,8 +47,8 @@ def own_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
         yield lab, hosts, policy
     finally:
         try:
-            wireguard.disable_wireguard(lab.site())
-            tls.disable_tls(lab.site())
+            wireguard_run.disable_wireguard(lab.site())
+            tls_run.disable_tls(lab.site())
         finally:
             StateStore(lab.name).forget()
             lab.down()
@@ -126,14 +126,18 @@ def test_layers_enabled_over_ssh_protect_the_lab_as_the_lab_target_does(
     # the processes the layers run were started over SSH, inside the nodes' networks
     procs = StateStore(lab.name).read().processes
     assert {p.label for p in procs} >= {"tls-storage", "tls-worker-0", "wg-worker-0", "wg-worker-1"}
-    # judged on the wire, from the lab's own capture: every class encrypted
-    out = tmp_path / "keys.json"
-    for _ in range(3):  # a capture in which the job was in TCP back-off shows no collective: take another
-        code = main(["verify", "confidentiality", "--target", "lab", "--name", lab.name, "--policy", str(policy),
-                     "--seconds", "6", "-o", str(out)])
-        if code == 0:
-            break
-    assert code == 0, out.read_text()
+    # judged on the wire: from the lab's own fabric capture, and from a capture taken on every host over
+    # SSH (each host's egress, merged) — every class encrypted, the same verdict both ways
+    for target in (["--target", "lab", "--name", lab.name], ["--target", "ssh", "--hosts", str(hosts)]):
+        out = tmp_path / f"keys-{target[1]}.json"
+        for _ in range(3):  # a capture in which the job was in TCP back-off shows no collective: take another
+            code = main(["verify", "confidentiality", *target, "--policy", str(policy), "--seconds", "6",
+                         "-o", str(out)])
+            if code == 0:
+                break
+        assert code == 0, (target, out.read_text())
+        classes = json.loads(out.read_text())
+        assert classes, target
 
 
 def _probe_outcomes(argv: list[str], out: Path) -> tuple[int, dict[tuple[str, str, str], str]]:
@@ -182,7 +186,7 @@ def test_a_host_made_unreachable_mid_run_is_named_not_skipped(
     assert time.monotonic() - start < 120
     # nothing was forgotten: the record still lists worker-1's daemon, so the lab target can finish the job
     assert any(p.node == "worker-1" for p in StateStore(lab.name).read().processes)
-    wireguard.disable_wireguard(lab.site())
+    wireguard_run.disable_wireguard(lab.site())
     assert not any(p.layer == "wireguard" for p in StateStore(lab.name).read().processes)
     # gathering facts goes on without it: worker-1's probes are kept, named, unreachable — the rest run
     code, outcomes = _probe_outcomes(["probe", str(policy), "--target", "ssh", "--hosts", str(hosts),

@@ -32,7 +32,7 @@ def _list(text: str | None) -> list[str]:
 
 
 def _enable(args: argparse.Namespace) -> int:
-    from ringfence.secure.layers import registry, tls, wireguard
+    from ringfence.secure.layers import registry, tls_run, wireguard_run
 
     layer = registry.layer(args.layer)
     classes = _list(args.cls)
@@ -41,15 +41,15 @@ def _enable(args: argparse.Namespace) -> int:
     site, policy = _site(args)
     evidence = _evidence(args)
     if layer.value == "tls":
-        done = tls.enable_tls(site, policy, classes, evidence=evidence)
+        done = tls_run.enable_tls(site, policy, classes, evidence=evidence)
         out: dict[str, Any] = {"layer": "tls", "classes": list(done.classes), "services": list(done.services),
                                "ca_fingerprint": done.ca_fingerprint,
                                "nodes": {n.node: {"identity": n.identity, "fingerprint": n.fingerprint}
                                          for n in done.nodes}}
     elif layer.value == "wireguard":
         nodes = _list(args.nodes) or [m for j in policy.jobs for m in j.members]
-        wg = wireguard.enable_wireguard(site, nodes, strict=not args.no_strict, evidence=evidence)
-        wireguard.set_collective_class(site, classes)
+        wg = wireguard_run.enable_wireguard(site, nodes, strict=not args.no_strict, evidence=evidence)
+        wireguard_run.set_collective_class(site, classes)
         out = {"layer": "wireguard", "classes": classes, "nodes": list(wg.nodes), "interface": wg.interface,
                "public_keys": wg.public_keys, "strict": not args.no_strict}
     else:
@@ -61,14 +61,14 @@ def _enable(args: argparse.Namespace) -> int:
 
 
 def _disable(args: argparse.Namespace) -> int:
-    from ringfence.secure.layers import registry, tls, wireguard
+    from ringfence.secure.layers import registry, tls_run, wireguard_run
 
     layer = registry.layer(args.layer)
     site, _ = _site(args)
     if layer.value == "tls":
-        tls.disable_tls(site)
+        tls_run.disable_tls(site)
     elif layer.value == "wireguard":
-        wireguard.disable_wireguard(site)
+        wireguard_run.disable_wireguard(site)
     else:
         raise InputError("--layer", f"{layer.value} is never enabled by ringfence")
     print(f"{layer.value} disabled on {site.kind} {site.name}", file=sys.stderr)

@@ -20,14 +20,14 @@ from typing import Any
 from ringfence.errors import InputError
 
 
-def _enabled(args: argparse.Namespace, lab: Any) -> dict[str, str]:
+def _enabled(args: argparse.Namespace, name: str | None) -> dict[str, str]:
     if args.enabled:
         return dict(e.split("=", 1) for e in args.enabled)
-    if lab is None:
+    if name is None:
         return {}
     from ringfence.secure.layers.runtime import StateStore
 
-    return dict(StateStore(lab.name).read().classes)
+    return dict(StateStore(name).read().classes)
 
 
 def _table(report: Any) -> None:
@@ -59,9 +59,17 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     from ringfence.secure import verify
 
     lab = None
-    if args.capture is None or drills:
+    site = None
+    if args.target == "ssh" and args.capture is None and not drills:
+        # the capture is taken on the hosts themselves, over SSH (egress of every host, merged)
+        from ringfence.cli._targets import site_for
+
+        site, _ = site_for(argparse.Namespace(**{**vars(args), "target_policy": args.policy}))
+    elif args.capture is None or drills:
         if args.target != "lab":
-            raise InputError("--target", "live verification needs --target lab; otherwise give --capture")
+            raise InputError("--target", "the live drills need --target lab (the job's progress and the fabric "
+                             "capture); --target ssh captures on the hosts for `verify confidentiality`, or give "
+                             "--capture")
         from ringfence.lab import Lab
 
         lab = Lab.attach(args.name)
@@ -74,6 +82,12 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     before = classify(PcapReader().read(Path(args.before)).flows, policy) if args.before else None
     if args.capture:
         flows = classify(PcapReader().read(Path(args.capture)).flows, policy)
+    elif site is not None:
+        from ringfence.targets.capture import capture_site
+
+        print(f"capturing {args.seconds:g}s on every host of {site.kind} site {site.name}", file=sys.stderr)
+        taken = capture_site(site, args.seconds, work / "verify.pcap")
+        flows = classify(PcapReader().read(taken.path).flows, policy)
     else:
         assert lab is not None
         print(f"capturing {args.seconds:g}s of lab {lab.name}", file=sys.stderr)
@@ -82,7 +96,7 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     fail_closed: list[Any] = []
     credentials: tuple[Any, ...] = ()
     inventory: tuple[Any, ...] = ()
-    enabled = _enabled(args, lab)
+    enabled = _enabled(args, lab.name if lab is not None else site.name if site is not None else None)
     if lab is not None:
         inventory = live.inventory(lab)
     if drills:
@@ -105,8 +119,9 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
         from ringfence.evidence import EvidenceStore, RecordKind
 
         store = EvidenceStore.open(Path(args.evidence))
+        subject = f"lab {lab.name}" if lab else f"ssh {site.name}" if site else str(args.capture)
         evidence_ids.append(str(store.append(RecordKind.OBSERVATION, source="verify:confidentiality",
-                                             subject=f"lab {lab.name}" if lab else str(args.capture),
+                                             subject=subject,
                                              data=report.facts_keys())))
     keys = report.facts_keys()
     keys["evidence"] = evidence_ids
@@ -127,8 +142,9 @@ def register(sub: Any) -> None:
                                ("keys", True, "confidentiality plus rotation under load, fail-closed drills and "
                                               "credential refusal (lab)")):
         s = vsub.add_parser(name, help=text)
-        s.add_argument("--target", default="lab", choices=("lab", "none"))
+        s.add_argument("--target", default="lab", choices=("lab", "ssh", "none"))
         s.add_argument("--name", help="the lab's name (default: the only lab)")
+        s.add_argument("--hosts", help="--target ssh: the hosts inventory (capture on every host over SSH)")
         s.add_argument("--policy", help="policy file (default: the lab's own policy)")
         s.add_argument("--capture", help="judge this pcap instead of capturing the lab")
         s.add_argument("--before", help="an as-found capture, reported next to the result")

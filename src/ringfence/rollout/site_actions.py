@@ -50,7 +50,7 @@ from ringfence.rollout.interface import ArmSettings, Outcome, RolloutError
 from ringfence.rollout.layers import AllReduceBenchmarker
 from ringfence.secure import drills, pki, verify
 from ringfence.secure.drills import Cluster
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls, tls_run, wireguard, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import Runtime, StateStore
 from ringfence.secure.verify_types import CredentialCheck, RotationResult
@@ -157,7 +157,7 @@ class TlsAction:
                 return Outcome(Verdict.PASS, f"TLS already in force on {', '.join(self.classes)} on {lab.site().name}",
                                {"classes": list(self.classes), "ca_fingerprint": info.get("ca_fingerprint"),
                                 "nodes": info.get("nodes", {}), "changed": False})
-            done = tls.enable_tls(lab.site(), lab.policy(), self.classes, evidence=self.evidence)
+            done = tls_run.enable_tls(lab.site(), lab.policy(), self.classes, evidence=self.evidence)
         except RingfenceError as exc:
             return _failed("enabling TLS", exc)
         return Outcome(Verdict.PASS,
@@ -331,7 +331,7 @@ def _strict(lab: Cluster, nodes: Sequence[str]) -> tuple[dict[str, dict[str, int
     missing: list[str] = []
     for n in nodes:
         try:
-            drops[n] = wireguard.strict_counters(lab.site(), n)
+            drops[n] = wireguard_run.strict_counters(lab.site(), n)
         except LayerError:
             missing.append(n)
     return drops, missing
@@ -411,10 +411,10 @@ class WireguardLayer:
                                {"nodes": sorted(before), "changed": False})
             if before:
                 # the lab driver builds a tunnel set in one go; widening it means rebuilding it
-                wireguard.disable_wireguard(lab.site())
-            done = wireguard.enable_wireguard(lab.site(), sorted(before | set(nodes)), strict=True,
+                wireguard_run.disable_wireguard(lab.site())
+            done = wireguard_run.enable_wireguard(lab.site(), sorted(before | set(nodes)), strict=True,
                                               evidence=self.evidence)
-            wireguard.set_collective_class(lab.site(), ["collective"])
+            wireguard_run.set_collective_class(lab.site(), ["collective"])
         except RingfenceError as exc:
             return _failed("enabling WireGuard", exc)
         return Outcome(Verdict.PASS,
@@ -453,7 +453,7 @@ class WireguardLayer:
                     marker_seen = pcap.read_bytes().count(_MARKER)
                     if marker_seen or all(probes.delivered.values()):
                         break
-            peers = {n: wireguard.node_handle(lab.site(), n).peers() for n in nodes}
+            peers = {n: wireguard_run.node_handle(lab.site(), n).peers() for n in nodes}
             drops, no_strict = _strict(lab, nodes)
         except RingfenceError as exc:
             return Outcome(Verdict.UNKNOWN, f"could not observe WireGuard: {exc.message}", {"error": exc.message})
@@ -495,10 +495,10 @@ class WireguardLayer:
         try:
             lab = self.lab.get()
             keep = sorted(self._on(lab) - set(nodes))
-            wireguard.disable_wireguard(lab.site())
+            wireguard_run.disable_wireguard(lab.site())
             if len(keep) >= 2:
-                wireguard.enable_wireguard(lab.site(), keep, strict=True, evidence=self.evidence)
-                wireguard.set_collective_class(lab.site(), ["collective"])
+                wireguard_run.enable_wireguard(lab.site(), keep, strict=True, evidence=self.evidence)
+                wireguard_run.set_collective_class(lab.site(), ["collective"])
             left = {n: self._residue(lab, n) for n in nodes}
         except RingfenceError as exc:
             return _failed("disabling WireGuard", exc)
@@ -522,7 +522,7 @@ class WireguardLayer:
                 raise RolloutError(f"cannot inspect {node}: {exc.message}") from exc
 
         out = []
-        ifname = wireguard.interface_name(site)
+        ifname = wireguard_run.interface_name(site)
         if run(["ip", "link", "show", "dev", ifname]).returncode == 0:
             out.append(f"interface {ifname}")
         if run(["nft", "list", "table", "inet", "rf_wg"]).returncode == 0:
@@ -548,7 +548,7 @@ def _tunnel_bytes(lab: Cluster, nodes: Sequence[str]) -> dict[str, int] | None:
     if not set(nodes) <= on:
         return None
     addrs = {lab.site().address(n) for n in nodes}
-    return {n: sum(p.rx_bytes + p.tx_bytes for p in wireguard.node_handle(lab.site(), n).peers()
+    return {n: sum(p.rx_bytes + p.tx_bytes for p in wireguard_run.node_handle(lab.site(), n).peers()
                    if p.allowed_ips.split("/")[0] in addrs) for n in nodes}
 
 

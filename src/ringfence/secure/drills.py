@@ -29,7 +29,7 @@ from ringfence.controls.interface import Verdict
 from ringfence.observe.flows.pcap import PcapReader
 from ringfence.policy import Policy
 from ringfence.secure import pki
-from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import Runtime, StateStore
 from ringfence.secure.verify_types import CredentialCheck, FailClosedResult, RotationResult
@@ -134,8 +134,9 @@ def rotate_under_load(cluster: Cluster, *, settle: float = 4.0, evidence: Any = 
     with _Sampler(cluster, workers) as sampler:
         time.sleep(2.0)  # a baseline of steps before the rotation
         t_rot = time.time()
-        tls_rot = tls.rotate_tls(cluster.site(), cluster.policy(), evidence=evidence) if "tls" in enabled.info else ()
-        wg_rot = wireguard.rotate_wireguard(cluster.site(), evidence=evidence) if "wireguard" in enabled.info else ()
+        site = cluster.site()
+        tls_rot = tls_run.rotate_tls(site, cluster.policy(), evidence=evidence) if "tls" in enabled.info else ()
+        wg_rot = wireguard_run.rotate_wireguard(site, evidence=evidence) if "wireguard" in enabled.info else ()
         t_done = time.time()
         deadline = t_done + settle + 10.0
         # wait until every rank stepped and wrote a checkpoint after the rotation (or the deadline)
@@ -168,13 +169,13 @@ def rotate_under_load(cluster: Cluster, *, settle: float = 4.0, evidence: Any = 
         results.append(
             _judge_wg_rotation(cluster, wg_rot, t_rot, survived, stall, baseline, storage_stall, failures, job)
         )
-    tls.forget_retired(cluster.site().name)
+    tls_run.forget_retired(cluster.site().name)
     return tuple(results)
 
 
 def _judge_tls_rotation(
     cluster: Cluster,
-    rot: tuple[tls.Rotated, ...],
+    rot: tuple[tls_run.Rotated, ...],
     t_done: float,
     survived: bool,
     stall: float,
@@ -185,12 +186,12 @@ def _judge_tls_rotation(
 ) -> RotationResult:
     old = {r.old_fingerprint for r in rot}
     new = {r.new_fingerprint for r in rot}
-    events = [e for e in tls.read_events(cluster.site(), since=t_done + 0.5) if e.get("result") == "allowed"]
+    events = [e for e in tls_run.read_events(cluster.site(), since=t_done + 0.5) if e.get("result") == "allowed"]
     seen = {e.get("peer_fingerprint") for e in events} | {e.get("own_fingerprint") for e in events}
     new_in_use = bool(events) and (seen & new) != set() and not (seen & old)
     w0 = next((r for r in rot if r.node.startswith("worker")), rot[0])
     storage = cluster.site().address("storage")
-    old_probe = tls.probe_request(cluster.site(), w0.node, w0.retired, f"https://{storage}:8080/healthz")
+    old_probe = tls_run.probe_request(cluster.site(), w0.node, w0.retired, f"https://{storage}:8080/healthz")
     old_refused = old_probe.get("outcome") in ("refused", "closed")
     verdict = Verdict.PASS if survived and new_in_use and old_refused else Verdict.FAIL
     detail = (
@@ -222,7 +223,7 @@ def _iso(t: float) -> str:
 
 def _judge_wg_rotation(
     cluster: Cluster,
-    rot: tuple[wireguard.WgRotated, ...],
+    rot: tuple[wireguard_run.WgRotated, ...],
     t_rot: float,
     survived: bool,
     stall: float,
@@ -236,10 +237,10 @@ def _judge_wg_rotation(
     old = {r.old_public for r in rot}
     fresh, stale = True, False
     for n in nodes:
-        for p in wireguard.node_handle(cluster.site(), n).peers():
+        for p in wireguard_run.node_handle(cluster.site(), n).peers():
             stale |= p.public_key in old
             fresh &= p.public_key in new and p.latest_handshake >= int(t_rot)
-    refused = not wireguard.probe_old_key(cluster.site(), rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
+    refused = not wireguard_run.probe_old_key(cluster.site(), rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
     shutil.rmtree(rot[0].retired_key.parent.parent, ignore_errors=True)
     new_in_use = fresh and not stale
     verdict = Verdict.PASS if survived and new_in_use and refused else Verdict.FAIL
@@ -294,11 +295,11 @@ def fail_closed_wireguard(cluster: Cluster, policy: Policy, work: Path, *, secon
     if not info:
         raise LayerError(f"WireGuard is not enabled in cluster {cluster.site().name}")
     a, b = sorted(info["public_keys"])[:2]
-    hb = wireguard.node_handle(cluster.site(), b)
+    hb = wireguard_run.node_handle(cluster.site(), b)
     good = info["public_keys"][a]
-    wrong = wireguard.random_public_key()
+    wrong = wireguard_run.random_public_key()
     addr_a = cluster.site().address(a)
-    drops_before = wireguard.strict_counters(cluster.site(), a)
+    drops_before = wireguard_run.strict_counters(cluster.site(), a)
     hb.wg("set", hb.ifname, "peer", wrong, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
     hb.wg("set", hb.ifname, "peer", good, "remove")
     try:
@@ -307,7 +308,7 @@ def fail_closed_wireguard(cluster: Cluster, policy: Policy, work: Path, *, secon
         flows = capture_flows(cluster, seconds, work / "failclosed-wireguard.pcap", policy)
         steps1 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
         peer = next(p for p in hb.peers() if p.public_key == wrong)
-        drops_after = wireguard.strict_counters(cluster.site(), a)
+        drops_after = wireguard_run.strict_counters(cluster.site(), a)
     finally:
         hb.wg("set", hb.ifname, "peer", good, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
         hb.wg("set", hb.ifname, "peer", wrong, "remove")
@@ -353,13 +354,13 @@ def _swapped_credential(site: Site, node: str, cert_dir: Path, replacement: Path
     try:
         for n in names:
             shutil.copy2(replacement / n, cert_dir / n)
-        tls.push_credential(rt, node, cert_dir)
+        tls_run.push_credential(rt, node, cert_dir)
         yield
     finally:
         for n in names:
             os.replace(aside / n, cert_dir / n)
         shutil.rmtree(aside, ignore_errors=True)
-        tls.push_credential(rt, node, cert_dir)
+        tls_run.push_credential(rt, node, cert_dir)
 
 
 def fail_closed_tls(
@@ -371,12 +372,12 @@ def fail_closed_tls(
         raise LayerError(f"TLS is not enabled in cluster {cluster.site().name}")
     cert_dir = Path(info["pki"]) / "nodes" / node
     ident = info["nodes"][node]["identity"]
-    foreign = tls.issue_foreign(work / "foreign", ident)
+    foreign = tls_run.issue_foreign(work / "foreign", ident)
     t0 = time.time()
     def refused(since: float) -> list[dict[str, Any]]:
         return [
             e
-            for e in tls.read_events(cluster.site(), since=since)
+            for e in tls_run.read_events(cluster.site(), since=since)
             if e.get("result") == "refused"
             and (e.get("node") == node or e.get("peer") == cluster.site().address(node))
         ]
@@ -427,14 +428,14 @@ def credential_checks(cluster: Cluster, work: Path, *, node: str = "worker-0") -
     ident = info["nodes"][node]["identity"]
     url = f"https://{cluster.site().address('storage')}:8080/healthz"
     cases: list[tuple[str, Path, str]] = [("current", pdir / "nodes" / node, "accepted")]
-    cases.append(("expired", tls.issue_expired(pdir, ident, work / "expired"), "refused"))
-    cases.append(("foreign-ca", tls.issue_foreign(work / "foreign-check", ident), "refused"))
+    cases.append(("expired", tls_run.issue_expired(pdir, ident, work / "expired"), "refused"))
+    cases.append(("foreign-ca", tls_run.issue_foreign(work / "foreign-check", ident), "refused"))
     revoked_dir = pki.issue(pdir, ident, lifetime=pki.parse_duration("1h"), out_dir=work / "revoked").directory
     pki.revoke(pdir, revoked_dir / "cert.pem")
     cases.append(("revoked", revoked_dir, "refused"))
     out = []
     for kind, cdir, expected in cases:
-        res = tls.probe_request(cluster.site(), node, cdir, url)
+        res = tls_run.probe_request(cluster.site(), node, cdir, url)
         outcome = "accepted" if res.get("outcome") == "response" and res.get("status") == 200 else "refused"
         fp = pki.show(cdir).fingerprint
         out.append(

@@ -1,0 +1,80 @@
+"""Site capture: every host's egress merged into one pcap; a missing part refuses the whole capture."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.targets.capture import capture_site
+from ringfence.targets.interface import Host, RunResult, Site, TargetError
+
+
+def _pcap(*stamps: int) -> bytes:
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)
+    frame = bytes(60)
+    return head + b"".join(struct.pack("<IIII", t, 0, len(frame), len(frame)) + frame for t in stamps)
+
+
+class TcpdumpHost:
+    """Answers the capture command with a pcap (or fails as told); records the argv."""
+
+    def __init__(self, name: str, data: bytes | None = None, code: int = 124, error: str | None = None) -> None:
+        self.name, self.data, self.code, self.error = name, data, code, error
+        self.argv: list[str] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        if self.error:
+            raise TargetError(f"{self.name}: {self.error}")
+        self.argv = list(argv)
+        return RunResult(tuple(argv), self.code, self.data or b"", b"3 packets captured", 1.0)
+
+    def spawn(self, *a: Any, **k: Any) -> Any:
+        raise AssertionError("not used")
+
+    def copy_to(self, local: Path, remote: str) -> None:
+        raise AssertionError("not used")
+
+    def copy_from(self, remote: str, local: Path) -> None:
+        raise AssertionError("not used")
+
+
+def _site(**hosts: TcpdumpHost) -> Site:
+    return Site("s1", "ssh", {n: Host(n, "192.0.2.1", h, interface="eth0") for n, h in hosts.items()})
+
+
+def test_every_hosts_egress_is_merged_by_time(tmp_path: Path) -> None:
+    a, b = TcpdumpHost("a", _pcap(10, 30)), TcpdumpHost("b", _pcap(20))
+    out = capture_site(_site(a=a, b=b), 2, tmp_path / "c.pcap")
+    assert out.nodes == ("a", "b") and out.bytes_per_node["a"] > out.bytes_per_node["b"] > 0
+    data = out.path.read_bytes()
+    stamps, off = [], 24
+    while off < len(data):
+        sec, _, incl, _ = struct.unpack_from("<IIII", data, off)
+        stamps.append(sec)
+        off += 16 + incl
+    assert stamps == [10, 20, 30]
+    assert a.argv[:4] == ["timeout", "-s", "INT", "2"] and ["-Q", "out"] == a.argv[7:9] and "eth0" in a.argv
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (TcpdumpHost("b", error="ssh to root@b failed: Connection refused"), "Connection refused"),
+        (TcpdumpHost("b", b"not a pcap", code=1), "gave no capture"),
+    ],
+)
+def test_a_missing_part_refuses_the_capture(tmp_path: Path, bad: TcpdumpHost, why: str) -> None:
+    with pytest.raises(TargetError, match=f"incomplete, so it is not used: .*{why}"):
+        capture_site(_site(a=TcpdumpHost("a", _pcap(1)), b=bad), 1, tmp_path / "c.pcap")
+    assert not (tmp_path / "c.pcap").exists()
+
+
+def test_a_host_without_an_interface_is_named(tmp_path: Path) -> None:
+    site = Site("s1", "ssh", {"a": Host("a", "192.0.2.1", TcpdumpHost("a", _pcap(1)))})
+    with pytest.raises(TargetError, match="a: no interface is known"):
+        capture_site(site, 1, tmp_path / "c.pcap")
