@@ -145,3 +145,17 @@ def test_invalid_utf8_rows_finds_every_bad_line_even_when_most_are_bad() -> None
     starts, ends = line_spans(buf)
     bad = invalid_utf8_rows(buf, starts, ends, np.ones(starts.size, dtype=bool))
     assert bad.tolist() == [ln in (b"\xff", b"\xc3") for ln in lines]
+
+
+def test_ipv4_mapped_flow_addresses_are_the_ipv4_host() -> None:
+    import pyarrow as pa
+
+    from ringfence.observe.flows._common import canonical_ips
+
+    texts, ok = canonical_ips(pa.array(["::ffff:10.77.1.10", "10.77.1.10", "fe80::1", "bogus"]))
+    assert texts.to_pylist() == ["10.77.1.10", "10.77.1.10", "fe80::1", None] and ok.tolist() == [
+        True,
+        True,
+        True,
+        False,
+    ]
