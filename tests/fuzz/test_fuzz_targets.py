@@ -15,6 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 TARGETS = targets()
+#: Crashes found by the fuzzer in code this suite does not own, reported to its owner (see the
+#: BENCHMARKS.md fuzz section): tolerated here by exact signature only, so any *other* crash of the
+#: same target still fails. Remove an entry when its fix lands.
+KNOWN: dict[str, tuple[str, ...]] = {
+    # assess_cmd.load_key_facts uses json.loads unbounded (issue 11 cause 14, facts files).
+    "facts-keys": ("ValueError: Exceeds the limit (4300 digits)",),
+}
 #: Inputs per target in CI: 15 targets x 60 inputs stays well under a minute on 2 cores.
 CI_EXAMPLES = 60
 
@@ -35,4 +42,6 @@ def test_mutated_inputs_never_crash_or_hang(name: str, seed: int, pick: int, tmp
     rng = random.Random(seed)
     data = mutate(rng, target.seeds[pick % len(target.seeds)], target.seeds)
     outcome = run_one(target, data, tmp_path)
+    if outcome.kind == "crash" and outcome.detail.startswith(KNOWN.get(name, ("\0",))):
+        return
     assert outcome.kind == "ok", f"{name}: {outcome.kind}: {outcome.detail} (seed {seed}, pick {pick})"
