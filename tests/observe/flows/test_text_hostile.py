@@ -159,3 +159,10 @@ def test_ipv4_mapped_flow_addresses_are_the_ipv4_host() -> None:
         True,
         False,
     ]
+
+
+def test_a_file_of_no_records_says_so(tmp_path: Path) -> None:
+    f = tmp_path / "nothing.log"
+    f.write_bytes(HEADER + b"\n" * 1000)
+    result = ZeekReader().read(f)
+    assert result.flows.num_rows == 0 and any("no flow records" in w for w in result.warnings)

@@ -67,6 +67,12 @@ class WarningLog:
         return tuple(self._kept)
 
 
+def warn_if_empty(path: Path, records: int, warnings: WarningLog) -> None:
+    """Say so when a file held no flow records: an empty result must not read like a clean one."""
+    if records == 0:
+        warnings.add(f"{path}: no flow records in this file (an empty result is not evidence of clean traffic)")
+
+
 def os_error(path: Path, exc: OSError) -> FlowSourceError:
     """Translate an OS error on ``path`` into the family's error."""
     return FlowSourceError(str(path), f"cannot read: {exc.strerror or exc}")
@@ -387,4 +393,5 @@ __all__ = [
     "parse_uint",
     "proto_numbers",
     "read_head",
+    "warn_if_empty",
 ]
