@@ -209,3 +209,13 @@ def test_repair_refuses_to_adopt_a_rewritten_tail(store: EvidenceStore) -> None:
     with pytest.raises(StoreDamaged, match="not on the chain"):
         store.repair()
     assert store.verify().reason is TamperReason.UNSIGNED
+
+
+def test_store_from_before_checkpoints_is_adopted_on_the_record(store: EvidenceStore) -> None:
+    (store.path / CHECKPOINT).unlink()  # as a store written before signed checkpoints existed
+    assert store.verify().reason is TamperReason.UNSIGNED
+    new_id = store.append("note", "test", "after the upgrade", {})
+    records = list(store.records())
+    note = records[-2]
+    assert note.data["adopted_unsigned"] == {"from_seq": 1, "to_seq": N, "checkpoint": "none"}
+    assert records[-1].id == new_id and store.verify().ok

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ringfence.evidence.checkpoint import read_checkpoint
+from ringfence.evidence.checkpoint import CHECKPOINT, read_checkpoint
 from ringfence.evidence.interface import ChainHead, StoreDamaged
 from ringfence.evidence.verify import BadLine, bounded_lines, decode_line
 
@@ -84,6 +84,15 @@ def unsigned_tail(log: Path, store: Path, key: Ed25519PublicKey, last: ChainHead
     raise StoreDamaged(f"{log}: {signed}", hint="a checkpoint this key did not sign is not adopted: verify the key")
 
 
+def legacy_store(store: Path, last: ChainHead) -> int | None:
+    """``1`` when the store has records and has never had a checkpoint file (made before they existed).
+
+    Only a *missing* file counts: a checkpoint that is present but stale, forged or unreadable is
+    tampering or a crash, and is refused until ``repair`` (which says what it adopts).
+    """
+    return 1 if last.seq > 0 and not (store / CHECKPOINT).exists() else None
+
+
 def require_signed_tail(log: Path, store: Path, key: Ed25519PublicKey, last: ChainHead) -> None:
     """Refuse to append when the tail is not exactly what the signed checkpoint names."""
     signed = read_checkpoint(store, key)
@@ -95,4 +104,4 @@ def require_signed_tail(log: Path, store: Path, key: Ed25519PublicKey, last: Cha
     raise StoreDamaged(f"{log}: {what}: refusing to sign on top of it", hint=_REPAIR_HINT)
 
 
-__all__ = ["refuse_if_committed", "refuse_if_record", "require_signed_tail", "unsigned_tail"]
+__all__ = ["legacy_store", "refuse_if_committed", "refuse_if_record", "require_signed_tail", "unsigned_tail"]

@@ -28,7 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final
 
-from ringfence.evidence._repair import refuse_if_committed, refuse_if_record, require_signed_tail, unsigned_tail
+from ringfence.evidence._repair import (
+    legacy_store,
+    refuse_if_committed,
+    refuse_if_record,
+    require_signed_tail,
+    unsigned_tail,
+)
 from ringfence.evidence.checkpoint import Signer, default_key_path, load_public_key, load_signer, write_checkpoint
 from ringfence.evidence.interface import (
     GENESIS,
@@ -264,12 +270,20 @@ class EvidenceStore:
         try:
             size = os.fstat(fd).st_size
             last = self._tail(fd, size)
-            if not adopt:
+            legacy: list[NewRecord] = []
+            if not adopt and (legacy_from := legacy_store(self.path, last)) is not None:
+                # A store from before signed checkpoints: adopt its records with a note, in the same
+                # write, so the upgrade is on the record rather than silent.
+                legacy = [NewRecord(RecordKind.NOTE, "ringfence.evidence", LOG, {
+                    "action": "adopted records of a store without a signed checkpoint",
+                    "adopted_unsigned": {"from_seq": legacy_from, "to_seq": last.seq, "checkpoint": "none"},
+                }, {})]
+            elif not adopt:
                 # Signing on top of records nobody signed would vouch for them: a forged append
                 # must not become genuine because the next honest append re-signed the head.
                 require_signed_tail(self.log_path, self.path, signer.public_key, last)
             lines: list[bytes] = []
-            for entry in pending:
+            for entry in [*legacy, *pending]:
                 body = {
                     "seq": last.seq + 1,
                     "time": format_time(self._clock()),
@@ -283,6 +297,7 @@ class EvidenceStore:
                 last = ChainHead(last.seq + 1, record_hash(body))
                 lines.append(canonical_json({**body, "hash": last.hash}) + b"\n")
                 ids.append(make_id(last.seq, last.hash))
+            ids = ids[len(legacy) :]  # the caller's records only
             try:
                 _write_all(fd, b"".join(lines))
                 os.fsync(fd)
