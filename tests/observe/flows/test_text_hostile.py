@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringfence.cli import main
 from ringfence.observe.flows._common import (
@@ -166,3 +168,15 @@ def test_a_file_of_no_records_says_so(tmp_path: Path) -> None:
     f.write_bytes(HEADER + b"\n" * 1000)
     result = ZeekReader().read(f)
     assert result.flows.num_rows == 0 and any("no flow records" in w for w in result.warnings)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64).map(lambda b: bytes(b"\r\na"[x % 3] for x in b)))
+def test_line_spans_match_a_plain_split(buf: bytes) -> None:
+    starts, ends = line_spans(buf)
+    lines = buf.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    assert [buf[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == [
+        ln[:-1] if ln.endswith(b"\r") else ln for ln in lines
+    ]
