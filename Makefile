@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps demo test test-quick lint typecheck bench clean
+.PHONY: install sysdeps demo test test-quick lint typecheck bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,11 @@ test-quick: install
 
 bench: install sysdeps
 	$(BIN)/python benchmarks/run_all.py
+
+# Long fuzzing of every parser (tests/fuzz targets); `make test` runs the same targets briefly.
+FUZZ_SECONDS ?= 60
+fuzz: install
+	$(BIN)/python benchmarks/fuzz/run_fuzz.py --seconds $(FUZZ_SECONDS) --out out/fuzz
 
 clean:
 	rm -rf out build dist .mypy_cache .ruff_cache .pytest_cache

@@ -95,3 +95,9 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RingfenceError, match="directory"):
         write_atomic(tmp_path, b"x")
 
+
+
+def test_mode_is_applied_to_new_files(tmp_path: Path) -> None:
+    key = tmp_path / "k" / "private.key"
+    write_atomic(key, b"secret", mode=0o600)
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600

@@ -17,8 +17,11 @@ from pathlib import Path
 from ringfence.errors import RingfenceError
 
 
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path``: temp file, fsync, rename for files; in place for devices and FIFOs."""
+def write_atomic(path: str | Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path``: temp file, fsync, rename for files; in place for devices and FIFOs.
+
+    ``mode`` (e.g. ``0o600`` for key material) is the new file's permission; default: 0666 less the umask.
+    """
     p = Path(path)
     try:
         target = _resolve_target(p)
@@ -31,7 +34,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
                 raise RingfenceError(f"cannot write {p}: it is a directory", hint="name a file, not a directory")
             _write_in_place(target, data)
             return
-        _replace(target, data)
+        _replace(target, data, mode)
     except OSError as exc:
         raise RingfenceError(f"cannot write {p}: {exc.strerror or exc}") from exc
 
@@ -74,15 +77,17 @@ def _write_in_place(target: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _replace(p: Path, data: bytes) -> None:
+def _replace(p: Path, data: bytes, mode: int | None) -> None:
     """Temp file in the same directory, fsync, rename over ``p`` (a regular file or a new path)."""
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
     try:
         # mkstemp creates 0600; a report or policy should get the usual umask-based mode.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

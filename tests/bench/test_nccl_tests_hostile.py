@@ -125,3 +125,11 @@ def test_any_json_field_replaced_is_a_report_or_an_input_error(data: st.DataObje
         parse_nccl_tests_json(json.dumps(doc), "r.json").to_run()
     except NcclTestsError as exc:
         assert exc.where.startswith("r.json")
+
+
+def test_in_place_only_row_whose_halves_differ_is_an_error() -> None:
+    cols = COLUMNS.replace("busbw #wrong\n", "busbw #wrong   extra\n")  # the in-place half has one more column
+    row = "     1048576        262144     float     sum      -1   339.61    3.09    3.09      0\n"
+    with pytest.raises(NcclTestsError, match="expected 5 values") as info:
+        parse_nccl_tests_text(_text(row, cols), "x.txt").to_run()
+    assert info.value.where == "x.txt:4"

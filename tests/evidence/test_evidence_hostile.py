@@ -180,3 +180,46 @@ def test_cli_pubkey_then_verify_with_it(
     other = tmp_path / "other.key"
     load_signer(other)
     assert main(["evidence", "verify", "--store", str(store.path), "--pubkey", str(other)]) == 1
+
+
+def test_honest_append_refuses_to_sign_over_a_forged_one(store: EvidenceStore) -> None:
+    last = json.loads(_lines(store)[-1])
+    line, digest = _forge(last["hash"], N + 1, "forged")
+    with store.log_path.open("ab") as fh:
+        fh.write(line)
+    store.head_path.write_text(f"{N + 1}:{digest}\n")
+    with pytest.raises(StoreDamaged, match="refusing to sign on top of it"):
+        store.append("note", "test", "honest", {})
+    assert store.verify().reason is TamperReason.UNSIGNED  # still reported, not laundered
+
+
+def test_repair_adopts_records_a_crash_left_unsigned_and_says_so(store: EvidenceStore) -> None:
+    before = (store.path / CHECKPOINT).read_bytes()
+    store.append("note", "test", "signed late", {})
+    (store.path / CHECKPOINT).write_bytes(before)  # as if the process died before signing the append
+    assert store.verify().reason is TamperReason.UNSIGNED
+    note_id = store.repair()
+    assert note_id is not None and store.verify().ok
+    note = store.get(note_id)
+    assert note.data["adopted_unsigned"]["from_seq"] == N + 1 and note.data["adopted_unsigned"]["to_seq"] == N + 1
+
+
+def test_repair_refuses_to_adopt_a_rewritten_tail(store: EvidenceStore) -> None:
+    lines = _lines(store)
+    prev = json.loads(lines[-2])["hash"]
+    forged, digest = _forge(prev, N, "rewritten")
+    store.log_path.write_bytes(b"".join(lines[:-1]) + forged)
+    store.head_path.write_text(f"{N}:{digest}\n")
+    with pytest.raises(StoreDamaged, match="not on the chain"):
+        store.repair()
+    assert store.verify().reason is TamperReason.UNSIGNED
+
+
+def test_store_from_before_checkpoints_is_adopted_on_the_record(store: EvidenceStore) -> None:
+    (store.path / CHECKPOINT).unlink()  # as a store written before signed checkpoints existed
+    assert store.verify().reason is TamperReason.UNSIGNED
+    new_id = store.append("note", "test", "after the upgrade", {})
+    records = list(store.records())
+    note = records[-2]
+    assert note.data["adopted_unsigned"] == {"from_seq": 1, "to_seq": N, "checkpoint": "none"}
+    assert records[-1].id == new_id and store.verify().ok

@@ -169,4 +169,7 @@ def test_append_refuses_an_edited_last_record(store: EvidenceStore) -> None:
     _write(store, lines)
     with pytest.raises(StoreDamaged, match="edited"):
         store.append("note", "test", "on top of a lie")
-    assert store.repair() is None  # repair never touches complete records
+    before = store.log_path.read_bytes()
+    with pytest.raises(StoreDamaged, match="edited"):
+        store.repair()  # repair never touches complete records, and never signs over an edited one
+    assert store.log_path.read_bytes() == before

@@ -202,6 +202,8 @@ def _wrong(token: str, where: str) -> int | None:
 
 
 def _half(cols: Sequence[str], vals: Sequence[str], where: str) -> NcclMeasurement:
+    if len(cols) != len(vals):
+        raise NcclTestsError(where, f"expected {len(cols)} values ({' '.join(cols)}), found {len(vals)}")
     got = dict(zip(cols, vals, strict=True))
     missing = [c for c in ("algbw", "busbw") if c not in got]
     if missing:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from ringfence.atomic import write_atomic
 from ringfence.cli._targets import add_target_arguments
 from ringfence.errors import InputError
 
@@ -110,11 +110,8 @@ def _render(args: argparse.Namespace) -> int:
     out = Path(args.output)
     for r in rendered:
         for f in r.files:
-            path = out / r.node / f.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if f.secret else 0o644)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f.content)
+            # Atomic and symlink-safe like every -o: a key must never land where a planted link points.
+            write_atomic(out / r.node / f.path, f.content.encode(), mode=0o600 if f.secret else 0o644)
         print(f"{r.node}: {', '.join(f.path for f in r.files)}", file=sys.stderr)
         for step in r.apply:
             print(f"  apply: {step}", file=sys.stderr)

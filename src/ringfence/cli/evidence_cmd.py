@@ -90,11 +90,12 @@ def _head(args: argparse.Namespace) -> int:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    note = _open(args).repair()
+    store = _open(args)
+    note = store.repair()
     if note is None:
-        print("nothing to repair: the last line is complete")
+        print("nothing to repair: the last line is complete and signed")
     else:
-        print(f"removed an incomplete last line (kept as a blob); recorded {note}")
+        print(f"{store.get(note).data.get('action', 'repaired')}; recorded {note}")
     return 0
 
 

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ringfence.atomic import write_atomic
 from ringfence.errors import InputError
 
 
@@ -127,7 +128,7 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     keys["evidence"] = evidence_ids
     text = json.dumps(keys, indent=2) + "\n"
     if args.output:
-        Path(args.output).write_text(text)
+        write_atomic(args.output, text.encode())
     else:
         sys.stdout.write(text)
     _table(report)

@@ -28,14 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final
 
-from ringfence.evidence.checkpoint import (
-    Signer,
-    default_key_path,
-    load_public_key,
-    load_signer,
-    read_checkpoint,
-    write_checkpoint,
+from ringfence.evidence._repair import (
+    legacy_store,
+    refuse_if_committed,
+    refuse_if_record,
+    require_signed_tail,
+    unsigned_tail,
 )
+from ringfence.evidence.checkpoint import Signer, default_key_path, load_public_key, load_signer, write_checkpoint
 from ringfence.evidence.interface import (
     GENESIS,
     ChainHead,
@@ -260,7 +260,7 @@ class EvidenceStore:
         with self._locked(fcntl.LOCK_EX):
             return self._append_locked(pending)
 
-    def _append_locked(self, pending: Sequence[NewRecord]) -> list[EvidenceId]:
+    def _append_locked(self, pending: Sequence[NewRecord], *, adopt: bool = False) -> list[EvidenceId]:
         signer = self.signer()  # before writing: a record that cannot be signed is not committed
         try:
             fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
@@ -270,8 +270,20 @@ class EvidenceStore:
         try:
             size = os.fstat(fd).st_size
             last = self._tail(fd, size)
+            legacy: list[NewRecord] = []
+            if not adopt and (legacy_from := legacy_store(self.path, last)) is not None:
+                # A store from before signed checkpoints: adopt its records with a note, in the same
+                # write, so the upgrade is on the record rather than silent.
+                legacy = [NewRecord(RecordKind.NOTE, "ringfence.evidence", LOG, {
+                    "action": "adopted records of a store without a signed checkpoint",
+                    "adopted_unsigned": {"from_seq": legacy_from, "to_seq": last.seq, "checkpoint": "none"},
+                }, {})]
+            elif not adopt:
+                # Signing on top of records nobody signed would vouch for them: a forged append
+                # must not become genuine because the next honest append re-signed the head.
+                require_signed_tail(self.log_path, self.path, signer.public_key, last)
             lines: list[bytes] = []
-            for entry in pending:
+            for entry in [*legacy, *pending]:
                 body = {
                     "seq": last.seq + 1,
                     "time": format_time(self._clock()),
@@ -285,6 +297,7 @@ class EvidenceStore:
                 last = ChainHead(last.seq + 1, record_hash(body))
                 lines.append(canonical_json({**body, "hash": last.hash}) + b"\n")
                 ids.append(make_id(last.seq, last.hash))
+            ids = ids[len(legacy) :]  # the caller's records only
             try:
                 _write_all(fd, b"".join(lines))
                 os.fsync(fd)
@@ -518,71 +531,52 @@ class EvidenceStore:
         return 0
 
     def repair(self) -> EvidenceId | None:
-        """Remove an incomplete last line, keep its bytes as a blob and record a ``note``.
+        """Remove an incomplete last line (kept as a blob), adopt unsigned records, record a ``note``.
 
         Returns the note's id, or None if there was nothing to repair. Only an incomplete trailing
         line that a crash can leave is ever removed: it is refused (:class:`StoreDamaged`) when the
         head file or the signed checkpoint say a later record was committed, when the fragment is a
         whole record that lost its newline, or when it is longer than any record — those are
-        tampering or damage for :meth:`verify` to report, and removing them would hide it.
+        tampering or damage for :meth:`verify` to report, and removing them would hide it. Complete
+        records after the last signed checkpoint (a crash between an append and its signature, or a
+        store from before signed checkpoints) are *adopted*: signed again, and named in the note, so
+        an auditor sees what was accepted; a checkpoint that names another hash for its record is
+        refused, never adopted.
         """
         try:
             with self._locked(fcntl.LOCK_EX):
                 fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
                 try:
                     size = os.fstat(fd).st_size
-                    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-                        return None
-                    cut = self._line_start(fd, size)
+                    complete = size == 0 or os.pread(fd, 1, size - 1) == b"\n"
+                    cut = size if complete else self._line_start(fd, size)
                     last = self._tail(fd, cut)
-                    self._refuse_if_committed(last)
-                    fragment = os.pread(fd, size - cut, cut)
-                    self._refuse_if_record(fragment, last)
-                    digest, _ = self._store_blob(fragment)
-                    os.ftruncate(fd, cut)
-                    os.fsync(fd)
+                    signer = self.signer()
+                    refuse_if_committed(self.log_path, self.head_path, self.path, signer.public_key, last)
+                    adopted = unsigned_tail(self.log_path, self.path, signer.public_key, last)
+                    if complete and adopted is None:
+                        return None
+                    note: dict[str, Any] = {}
+                    inputs: dict[str, str] = {}
+                    if not complete:
+                        fragment = os.pread(fd, size - cut, cut)
+                        refuse_if_record(self.log_path, fragment, last)
+                        digest, _ = self._store_blob(fragment)
+                        os.ftruncate(fd, cut)
+                        os.fsync(fd)
+                        note |= {"action": "removed an incomplete trailing line", "offset": cut,
+                                 "removed_bytes": len(fragment), "blob": digest}
+                        inputs["fragment"] = digest
+                    if adopted is not None:
+                        note |= {"adopted_unsigned": {"from_seq": adopted[0], "to_seq": last.seq,
+                                                      "checkpoint": adopted[1]}}
+                        note.setdefault("action", "adopted records not covered by a signed checkpoint")
                 finally:
                     os.close(fd)
-                note = {
-                    "action": "removed an incomplete trailing line",
-                    "offset": cut,
-                    "removed_bytes": len(fragment),
-                    "blob": digest,
-                }
-                entry = NewRecord(RecordKind.NOTE, "ringfence.evidence.repair", LOG, note, {"fragment": digest})
-                return self._append_locked([entry])[0]
+                entry = NewRecord(RecordKind.NOTE, "ringfence.evidence.repair", LOG, note, inputs)
+                return self._append_locked([entry], adopt=True)[0]
         except OSError as exc:
             raise _oserror("repair", self.log_path, exc) from exc
-
-    def _refuse_if_committed(self, last: ChainHead) -> None:
-        """Refuse when the head or the signed checkpoint is beyond the last complete record."""
-        claims: list[tuple[str, int]] = []
-        try:
-            claims.append(("head file", ChainHead.parse(self.head_path.read_text(encoding="ascii")).seq))
-        except (OSError, ValueError, UnicodeDecodeError):
-            pass  # an unreadable head claims nothing; verify reports it
-        signed = read_checkpoint(self.path, self.signer().public_key)
-        if isinstance(signed, ChainHead):
-            claims.append(("signed checkpoint", signed.seq))
-        for label, seq in claims:
-            if seq > last.seq:
-                raise StoreDamaged(
-                    f"{self.log_path}: the {label} says seq {seq} was committed, but the last complete record is "
-                    f"seq {last.seq}: records were cut off, not interrupted",
-                    hint="this is truncation, not a crash: restore the store from a copy; repair will not hide it",
-                )
-
-    def _refuse_if_record(self, fragment: bytes, last: ChainHead) -> None:
-        """Refuse when the unterminated last line is a whole, chained record (only its newline is gone)."""
-        try:
-            record = decode_line(fragment)
-        except BadLine:
-            return
-        if record.seq == last.seq + 1 and record.prev == last.hash:
-            raise StoreDamaged(
-                f"{self.log_path}: the last line is complete record seq {record.seq} without its newline",
-                hint="repair never removes a complete record; restore the newline or the store from a copy",
-            )
 
 
 __all__ = ["BLOBS", "HEAD", "LOCK", "LOG", "Clock", "EvidenceStore", "NewRecord", "default_store_path", "format_time"]

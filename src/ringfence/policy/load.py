@@ -77,8 +77,8 @@ def load_policy(path: str | Path) -> Policy:
     try:
         data = read_bounded(p, MAX_POLICY_BYTES)
     except BoundedInputError as exc:
-        what = exc.message.removeprefix(f"{exc.where}: ")
-        raise PolicyError(str(p), what.replace("cannot read:", "cannot read the policy:", 1)) from exc
+        message = exc.message.removeprefix(f"{exc.where}: ").replace("cannot read:", "cannot read the policy:", 1)
+        raise PolicyError(str(p), message) from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

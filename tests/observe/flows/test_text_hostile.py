@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ringfence.cli import main
 from ringfence.observe.flows._common import (
@@ -149,3 +151,36 @@ def test_invalid_utf8_rows_finds_every_bad_line_even_when_most_are_bad() -> None
     starts, ends = line_spans(buf)
     bad = invalid_utf8_rows(buf, starts, ends, np.ones(starts.size, dtype=bool))
     assert bad.tolist() == [ln in (b"\xff", b"\xc3") for ln in lines]
+
+
+def test_ipv4_mapped_flow_addresses_are_the_ipv4_host() -> None:
+    import pyarrow as pa
+
+    from ringfence.observe.flows._common import canonical_ips
+
+    texts, ok = canonical_ips(pa.array(["::ffff:10.77.1.10", "10.77.1.10", "fe80::1", "bogus"]))
+    assert texts.to_pylist() == ["10.77.1.10", "10.77.1.10", "fe80::1", None] and ok.tolist() == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_a_file_of_no_records_says_so(tmp_path: Path) -> None:
+    f = tmp_path / "nothing.log"
+    f.write_bytes(HEADER + b"\n" * 1000)
+    result = ZeekReader().read(f)
+    assert result.flows.num_rows == 0 and any("no flow records" in w for w in result.warnings)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64).map(lambda b: bytes(b"\r\na"[x % 3] for x in b)))
+def test_line_spans_match_a_plain_split(buf: bytes) -> None:
+    starts, ends = line_spans(buf)
+    lines = buf.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    assert [buf[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)] == [
+        ln[:-1] if ln.endswith(b"\r") else ln for ln in lines
+    ]

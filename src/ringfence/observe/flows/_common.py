@@ -67,6 +67,12 @@ class WarningLog:
         return tuple(self._kept)
 
 
+def warn_if_empty(path: Path, records: int, warnings: WarningLog) -> None:
+    """Say so when a file held no flow records: an empty result must not read like a clean one."""
+    if records == 0:
+        warnings.add(f"{path}: no flow records in this file (an empty result is not evidence of clean traffic)")
+
+
 def os_error(path: Path, exc: OSError) -> FlowSourceError:
     """Translate an OS error on ``path`` into the family's error."""
     return FlowSourceError(str(path), f"cannot read: {exc.strerror or exc}")
@@ -198,13 +204,23 @@ def invalid_utf8_rows(
 def line_spans(buf: bytes) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Start and end offsets (end excludes ``\\n`` and a trailing ``\\r``) of every line in ``buf``."""
     arr = np.frombuffer(buf, dtype=np.uint8)
-    nl = np.flatnonzero(arr == 0x0A).astype(np.int64)
+    nl = np.flatnonzero(arr == 0x0A)  # intp: int64 here, no copy
     if arr.size and arr[-1] != 0x0A:
         nl = np.append(nl, arr.size)
-    starts = np.concatenate(([0], nl[:-1] + 1)).astype(np.int64) if nl.size else np.zeros(0, np.int64)
-    ends = nl.copy()
-    has_cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 0x0D) if arr.size else np.zeros(0, bool)
-    ends[has_cr] -= 1
+    if not nl.size:
+        empty = np.zeros(0, np.int64)
+        return empty, empty
+    starts = np.empty(nl.size, np.int64)
+    starts[0] = 0
+    np.add(nl[:-1], 1, out=starts[1:])
+    ends = nl.astype(np.int64, copy=True)
+    # CRLF: find the CRs that sit right before a newline with one pass over the bytes (cheap), then
+    # map them to their lines; no gather over every line (4 Mi empty lines cost seconds that way).
+    crlf = np.flatnonzero((arr[:-1] == 0x0D) & (arr[1:] == 0x0A)) + 1
+    if crlf.size:
+        ends[np.searchsorted(nl, crlf)] -= 1
+    if arr.size and arr[-1] == 0x0D and nl[-1] == arr.size:
+        ends[-1] -= 1  # a last line without newline that ends in CR
     return starts, ends
 
 
@@ -387,4 +403,5 @@ __all__ = [
     "parse_uint",
     "proto_numbers",
     "read_head",
+    "warn_if_empty",
 ]

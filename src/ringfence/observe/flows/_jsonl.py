@@ -26,7 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from ringfence.observe.flows._common import WarningLog, describe_lines, iter_line_blocks, join_lines, line_spans
+from ringfence.observe.flows._common import (
+    WarningLog,
+    describe_lines,
+    invalid_utf8_rows,
+    iter_line_blocks,
+    join_lines,
+    line_spans,
+)
 from ringfence.observe.flows.interface import ProgressFn
 
 _MIN_BLOCK = 1 << 20
@@ -59,7 +66,16 @@ def iter_json_records(
             nonempty & np.isin(first_byte, np.frombuffer(b" \t\r", dtype=np.uint8)) & _all_space(arr, starts, ends)
         )
         is_obj = first_byte == ord("{")
-        not_obj = np.flatnonzero(~blank & ~is_obj)
+        # Arrow's JSON reader passes invalid UTF-8 inside strings through; it would surface later as a
+        # decode error far from its line. Checked here, so one bad byte costs its line, named.
+        not_text = invalid_utf8_rows(block, starts, ends, is_obj)
+        if not_text.any():
+            warnings.add(
+                f"{path}: {int(not_text.sum())} line(s) skipped, "
+                f"{describe_lines(first_line, np.flatnonzero(not_text))}: not UTF-8 text"
+            )
+            is_obj &= ~not_text
+        not_obj = np.flatnonzero(~blank & ~is_obj & ~not_text)  # bad UTF-8 is reported above, not again
         for row in not_obj[:3].tolist():
             warnings.add(f"{path}:{first_line + row}: skipped, not a JSON object")
         if not_obj.size > 3:

@@ -21,7 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ringfence.observe.flows._bidir import RECORD_SCHEMA, to_conversations
-from ringfence.observe.flows._common import WarningLog, canonical_ips, describe_lines, iso_to_ts, read_head
+from ringfence.observe.flows._common import (
+    WarningLog,
+    canonical_ips,
+    describe_lines,
+    iso_to_ts,
+    read_head,
+    warn_if_empty,
+)
 from ringfence.observe.flows._jsonl import field, iter_json_records
 from ringfence.observe.flows.interface import ProgressFn, ReadResult
 from ringfence.observe.schema import Protection, conform
@@ -128,6 +135,7 @@ class HubbleReader:
         flows = flows.append_column("protocol", pc.if_else(pc.equal(protocol, ""), None, protocol))
         flows = flows.append_column("reason", pc.list_element(split, 3))
         flows = flows.append_column("source", pa.array([f"hubble:{path.name}"] * n, pa.string()))
+        warn_if_empty(path, records, warnings)
         return ReadResult(flows=conform(flows), warnings=warnings.freeze(), records=records)
 
 

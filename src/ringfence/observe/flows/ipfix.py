@@ -26,7 +26,15 @@ import pyarrow.csv as pacsv
 
 from ringfence.errors import EnvironmentProblem
 from ringfence.observe.flows._bidir import RECORD_SCHEMA, to_conversations
-from ringfence.observe.flows._common import WarningLog, canonical_ips, iso_to_ts, os_error, parse_uint, read_head
+from ringfence.observe.flows._common import (
+    WarningLog,
+    canonical_ips,
+    iso_to_ts,
+    os_error,
+    parse_uint,
+    read_head,
+    warn_if_empty,
+)
 from ringfence.observe.flows._netflow_raw import MAX_TEMPLATES, RawDatagramParser
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
 from ringfence.observe.schema import Protection, conform
@@ -84,6 +92,7 @@ class IpfixReader:
         conv = conv.append_column("protection", pa.array([Protection.UNKNOWN.value] * n, pa.string()))
         conv = conv.append_column("reason", pa.array([REASON] * n, pa.string()))
         conv = conv.append_column("source", pa.array([f"{kind}:{path.name}"] * n, pa.string()))
+        warn_if_empty(path, records, warnings)
         return ReadResult(flows=conform(conv), warnings=warnings.freeze(), records=records)
 
 

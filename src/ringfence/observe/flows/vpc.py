@@ -33,6 +33,7 @@ from ringfence.observe.flows._common import (
     line_spans,
     parse_uint,
     read_head,
+    warn_if_empty,
 )
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
 from ringfence.observe.schema import Protection, conform
@@ -115,6 +116,7 @@ class VpcFlowLogReader:
         conv = conv.append_column("protection", pa.array([Protection.UNKNOWN.value] * n, pa.string()))
         conv = conv.append_column("reason", pa.array([REASON] * n, pa.string()))
         conv = conv.append_column("source", pa.array([f"vpc:{path.name}"] * n, pa.string()))
+        warn_if_empty(path, records, warnings)
         return ReadResult(flows=conform(conv), warnings=warnings.freeze(), records=records)
 
 

@@ -33,6 +33,7 @@ from ringfence.observe.flows._common import (
     line_spans,
     parse_uint,
     proto_numbers,
+    warn_if_empty,
 )
 from ringfence.observe.flows._zeek_json import ZeekColumns, read_zeek_json
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
@@ -115,6 +116,7 @@ class ZeekReader:
         tables = [_to_flows(b, path, warnings) for b in batches]
         flows = pa.concat_tables(tables) if tables else _EMPTY_ZEEK
         flows = _resolve_outer(flows)
+        warn_if_empty(path, records, warnings)
         return ReadResult(flows=conform(flows), warnings=warnings.freeze(), records=records)
 
     def _read_tsv(self, path: Path, warnings: WarningLog, progress: ProgressFn | None) -> tuple[list[ZeekColumns], int]:
