@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from ctl_kit import NOW, TAKEN, by_control, facts_for
 
@@ -127,11 +128,20 @@ def _empty(value: Any) -> Any:
     return type(value)()
 
 
+def _undated(f: Facts, name: str) -> Facts:
+    taken = {k: v for k, v in f.taken.items() if k != name}
+    if name == "flows" and f.flows is not None:  # a flow table carries its own times: remove those too
+        i = f.flows.column_names.index("last_seen")
+        nulls = pa.nulls(f.flows.num_rows, f.flows.schema.field("last_seen").type)
+        return dataclasses.replace(f, taken=taken, flows=f.flows.set_column(i, "last_seen", nulls))
+    return dataclasses.replace(f, taken=taken)
+
+
 BREAKS: dict[str, Callable[[Facts, str], Facts]] = {
     "removed": lambda f, name: dataclasses.replace(f, **{name: None}),
     "emptied": lambda f, name: dataclasses.replace(f, **{name: _empty(getattr(f, name))}),
     "stale": lambda f, name: dataclasses.replace(f, taken={**f.taken, name: NOW - timedelta(days=365)}),
-    "undated": lambda f, name: dataclasses.replace(f, taken={k: v for k, v in f.taken.items() if k != name}),
+    "undated": _undated,
     "from the future": lambda f, name: dataclasses.replace(f, taken={**f.taken, name: NOW + timedelta(days=2)}),
 }
 CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment")
@@ -196,3 +206,14 @@ def test_max_age_is_set_by_the_policy() -> None:
     assert any("stale" in f.message and f.requirement == "deny-probe-blocked" for f in result.findings)
 
 
+
+
+def test_a_flow_table_dates_itself() -> None:
+    """Facts built in memory without ``taken``: the flows' own last_seen gives their age."""
+    facts = Facts(now=NOW, flows=complete().flows, flow_evidence=("ev-flows",))
+    verdict, findings = verdict_of("training_traffic", facts)
+    observed = [f for f in findings if f.requirement == "approved-path-observed"]
+    assert observed and all(f.verdict is Verdict.PASS for f in observed)
+    later = dataclasses.replace(facts, now=NOW + timedelta(days=30))
+    assert all(f.verdict is not Verdict.PASS for f in verdict_of("training_traffic", later)[1]
+               if f.requirement == "approved-path-observed")

@@ -20,6 +20,9 @@ import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Verdict
 from ringfence.policy import Policy
 
@@ -58,6 +61,8 @@ def fact_problem(policy: Policy, facts: Facts, name: str) -> str | None:
     if not _present(facts, name):
         return f"no {name} facts" if getattr(facts, name) is None else f"the {name} facts are empty"
     taken = facts.taken.get(name)
+    if taken is None and name == "flows":
+        taken = observed_until(facts.flows)
     if taken is None or taken.tzinfo is None:
         return f"when the {name} facts were gathered is not recorded"
     limit = max_age(policy, name)
@@ -67,6 +72,14 @@ def fact_problem(policy: Policy, facts: Facts, name: str) -> str | None:
     if age < -timedelta(minutes=5):
         return f"the {name} facts claim to come from the future ({taken.isoformat()})"
     return None
+
+
+def observed_until(flows: pa.Table | None) -> datetime | None:
+    """The latest ``last_seen`` of a flow table: flows carry their own observation time."""
+    if flows is None or "last_seen" not in flows.column_names or not flows.num_rows:
+        return None
+    last = pc.max(flows.column("last_seen")).as_py()
+    return last if isinstance(last, datetime) and last.tzinfo is not None else None
 
 
 def requirement_problems(policy: Policy, facts: Facts, req: Requirement) -> list[str]:
@@ -110,4 +123,5 @@ def latest(times: Sequence[datetime | None]) -> datetime | None:
     return max(aware) if aware else None
 
 
-__all__ = ["duration", "enforce_requirements", "fact_problem", "latest", "max_age", "requirement_problems"]
+__all__ = ["duration", "enforce_requirements", "fact_problem", "latest", "max_age", "observed_until",
+           "requirement_problems"]

@@ -189,11 +189,25 @@ def ruleset_facts(policy: Policy, points: Mapping[str, Executor], *, target: str
 
 def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[str, Any]]:
     """``Facts.changes``: every enforcement change recorded in ``store`` (applies, rollbacks, containment),
-    oldest first, each with its evidence id and time; only ``target``'s when given."""
+    oldest first, each with its evidence id and time; only ``target``'s when given.
+
+    A change is verified by the next probe run (its effect observed), and the actions of a containment
+    drill (contain, fabric check, release) by the drill's own report, which proved them; the drill's
+    approver, recorded with its first action, approved all of them.
+    """
     out: list[dict[str, Any]] = []
+    drill: list[dict[str, Any]] = []  # containment actions not yet followed by their drill's report
     for r in store.records():
         d = r.data if isinstance(r.data, dict) else {}
         if target is not None and d.get("target") != target:
+            continue
+        if r.kind is RecordKind.OBSERVATION and r.source == CONTAIN_SOURCE:
+            approver = next((c for c in drill if c["approved_by"]), None)
+            for ch in drill:
+                ch["verified"], ch["verified_by"] = d.get("ok") is True, str(r.id)
+                if approver is not None and not ch["approved_by"]:
+                    ch["approved_by"], ch["ticket"] = approver["approved_by"], approver["ticket"]
+            drill = []
             continue
         if r.kind is RecordKind.OBSERVATION and r.source == PROBE_SOURCE:
             # a probe run after a change verifies it (until the next change): its effect was observed
@@ -212,6 +226,8 @@ def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[s
             "flows": d.get("flows"), "approved_by": d.get("approved_by"), "ticket": d.get("ticket"),
             "verified": None, "verified_by": None,
         })
+        if r.source == CONTAIN_SOURCE:
+            drill.append(out[-1])
     return out
 
 

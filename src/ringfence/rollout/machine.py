@@ -26,6 +26,7 @@ from typing import Any
 from ringfence.bench.compare import Comparison, GateBudget, GateVerdict, compare_runs
 from ringfence.bench.run import BenchRun, load_run, run_to_dict, save_run
 from ringfence.controls.interface import Verdict
+from ringfence.errors import RingfenceError
 from ringfence.rollout.interface import (
     ArmSettings,
     Benchmarker,
@@ -294,10 +295,34 @@ class Rollout:
                   GateVerdict.INCONCLUSIVE: StepStatus.INCONCLUSIVE}[result.verdict]
         return self._set_step(4, status, f"gate {result.verdict.value}: {result.reasons[0]}", evidence)
 
+    def _gate_on_record(self) -> None:
+        """Step 4's pass as the evidence chain records it, not as the (editable) state file says.
+
+        The gate's finding is the last evidence of step 4; the chain must hold it, for this rollout, with
+        verdict ``pass``. A sink that can only append (the tests' fakes) cannot be read back: then the
+        state file is all there is, as before.
+        """
+        read = getattr(self.evidence, "get", None)
+        if not callable(read):
+            return
+        gate = self.state.step(4).evidence[-1:]
+        try:
+            record = read(gate[0]) if gate else None
+        except RingfenceError as exc:
+            raise self._refuse(5, f"step 4's gate record {gate[0]} is not in the evidence chain ({exc}): the state "
+                                  "file does not match the record") from exc
+        data = getattr(record, "data", None)
+        if not isinstance(data, dict) or data.get("rollout") != self.state.id or data.get("verdict") != "pass":
+            found = data.get("verdict") if isinstance(data, dict) else None
+            where = gate[0] if gate else "no gate record"
+            raise self._refuse(5, f"the evidence chain records step 4's gate as {found!r} ({where}), not the pass "
+                                  "the state file claims: the state file was edited")
+
     def _step5(self, n: int, tools: StepTools) -> StepRecord:
         st = self.state
         if st.step(4).status is not StepStatus.DONE or st.verdict != GateVerdict.PASS.value:
             raise self._refuse(5, f"step 4 did not pass (gate: {st.verdict}): fleet-wide is refused")
+        self._gate_on_record()
         layer = self._layer(5, tools)
         if not layer.encrypts:
             raise self._refuse(5, f"layer {layer.name!r} encrypts nothing: it calibrates the gate and never goes "

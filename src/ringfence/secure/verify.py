@@ -146,10 +146,11 @@ class ConfidentialityReport:
         }
 
     def to_facts(self, base: Facts | None = None) -> Facts:
-        """``base`` (or empty facts) with ``keys`` set to :meth:`facts_keys`."""
+        """``base`` (or empty facts) with ``keys`` set to :meth:`facts_keys`, dated when it was generated."""
         from dataclasses import replace
 
-        return replace(base or Facts(), keys=self.facts_keys())
+        facts = base or Facts()
+        return replace(facts, keys=self.facts_keys(), taken={**facts.taken, "keys": self.generated})
 
 
 def _plain(value: Any) -> Any:

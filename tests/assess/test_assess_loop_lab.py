@@ -1,0 +1,167 @@
+"""The acceptance of issue 10 on a real lab: the README's whole loop, recorded in one store.
+
+enforce → probe (+ruleset, +changes) → TLS and WireGuard → verify keys → a containment drill → capture →
+assess with every facts file. Then the same assessment with each facts file left out in turn: exactly
+the controls whose requirements need that fact lose their ``pass`` (the others keep their verdict), and
+``assess --evidence`` on the store reproduces report.json but for ``generated``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.cli import main
+from ringfence.controls.registry import REGISTRY
+from ringfence.enforce.apply import rollback
+from ringfence.enforce.lab_points import lab_points
+from ringfence.errors import EnvironmentProblem
+from ringfence.evidence import EvidenceStore
+from ringfence.lab import Lab
+from ringfence.lab.netns import require_privileges
+from ringfence.secure.layers import tls, wireguard
+from ringfence.secure.layers._state import StateStore
+
+pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+
+TUNNEL = (
+    "  - {id: train-a-wireguard, from: {job: train-a}, to: {job: train-a}, proto: udp, ports: '51820-51821',"
+    " class: collective}\n"
+)
+# The tunnel is set up for train-a only (wireguard-go on four workers of two cores is too slow to train);
+# train-b's gradients are exempt, owned and time-limited, as the procedure allows.
+EXCEPTION = (
+    "exceptions:\n  - {{id: exc-train-b, control: encryption_keys, subject: 'job:train-b', owner: 'ml-security@lab', "
+    "reason: 'canary on train-a first', expires: {expires}, review_trigger: 'train-a canary passes', "
+    "trusted_boundary: 'lab fabric', compensating: [segmentation]}}\n"
+)
+#: assess option → the Facts field it feeds.
+OPTIONS = {"--probes": "probes", "--ruleset": "ruleset", "--changes": "changes", "--keys": "keys",
+           "--containment": "containment"}
+
+
+def _steps(lab: Lab) -> int:
+    return sum(int(s.get("counters", {}).get("steps", 0)) for k, s in lab.agent_status().items() if "worker" in k)
+
+
+def _steps_advance(lab: Lab, *, by: int, timeout: float) -> None:
+    start, deadline = _steps(lab), time.monotonic() + timeout
+    while _steps(lab) < start + by:
+        assert time.monotonic() < deadline, f"the job made no progress in {timeout:.0f} s: {lab.agent_status()}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path, dict[str, Path]]]:
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    work = tmp_path_factory.mktemp("readme-loop")
+    store = work / "evidence"
+    with Lab.up(workers=4, jobs=2) as lab:  # a second job to contain while train-a keeps training
+        policy = work / "lab.yaml"
+        text = lab.policy_yaml().replace("\nclasses:", "\n" + TUNNEL + "\nclasses:", 1)
+        assert "exceptions: []\n" in text
+        policy.write_text(text.replace("exceptions: []\n", EXCEPTION.format(expires=date.today() + timedelta(days=30))))
+        name = ["--name", lab.name]
+        try:
+            assert main(["apply", str(policy), "--target", "lab", *name, "--approved-by", "cab@lab", "--ticket",
+                         "CHG-1", "--evidence", str(store)]) == 0
+            files = {o: work / f"{f}.json" for o, f in OPTIONS.items()}
+            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "first-probes.json"),
+                         "--store", str(store)]) == 0  # verifies the applied version
+            # the drill before the layers: its collector check speaks plain HTTP to the management API; a job
+            # is contained (a lone node shares its zone's segment with its peers, out of the fabric's reach)
+            assert main(["contain", "--job", "train-b", "--drill", *name, "--policy", str(policy), "--store",
+                         str(store), "--seconds", "3", "-o", str(files["--containment"]), "--approved-by",
+                         "secops@lab"]) == 0
+            tls.enable_lab_tls(lab, ["storage", "management", "replication"])
+            wireguard.enable_lab_wireguard(lab, ["worker-0", "worker-1"])
+            wireguard.set_collective_class(lab, ["collective"])
+            _steps_advance(lab, by=3, timeout=90)
+            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(files["--probes"]),
+                         "--ruleset", str(files["--ruleset"]), "--changes", str(files["--changes"]),
+                         "--store", str(store)]) == 0
+            # verify's own exit is 1 when its short capture missed a class; its drills are what assess reads
+            assert main(["verify", "keys", "--target", "lab", *name, "--policy", str(policy), "-o",
+                         str(files["--keys"]), "--evidence", str(store), "--work", str(work / "verify")]) in (0, 1)
+            assert files["--keys"].exists()
+            capture = work / "after.pcap"
+            for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
+                before = _steps(lab)
+                lab.capture(8, capture)
+                if _steps(lab) >= before + 2:
+                    break
+            yield work, policy, capture, files
+        finally:
+            try:
+                wireguard.disable_lab_wireguard(lab)
+                tls.disable_lab_tls(lab)
+                rollback(lab_points(lab), EvidenceStore.open(store), target=f"lab:{lab.name}")
+            finally:
+                StateStore(lab.name).forget()
+
+
+def _assess(work: Path, policy: Path, capture: Path, files: dict[str, Path], out: str, *, leave_out: str = "") -> Any:
+    args = [a for o, f in files.items() if o != leave_out for a in (o, str(f))]
+    store = work / "evidence" if not leave_out else work / f"evidence-{out}"
+    main(["assess", str(policy), "--captures", str(capture), "-o", str(work / out), "--store", str(store), "-q",
+          *args])
+    return json.loads((work / out / "report.json").read_text())
+
+
+def _verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["verdict"] for c in report["controls"]}
+
+
+def test_the_whole_loop_passes_what_it_proves(loop: tuple[Path, Path, Path, dict[str, Path]]) -> None:
+    work, policy, capture, files = loop
+    report = _assess(work, policy, capture, files, "full")
+    verdicts = _verdicts(report)
+    failing = {c["id"]: [f["subject"] + ": " + f["message"] for f in c["findings"] if f["verdict"] == "fail"]
+               for c in report["controls"] if c["verdict"] == "fail"}
+    assert failing == {}
+    proven = {cid for cid, v in verdicts.items() if v == "pass"}
+    unproven = {c["id"]: [f["subject"] for f in c["findings"] if f["verdict"] == "unknown"]
+                for c in report["controls"] if c["verdict"] != "pass"}
+    assert {"zones", "admin_paths", "storage_flows", "training_traffic", "egress", "telemetry", "change_control",
+            "containment"} <= proven, unproven
+    # encryption_keys has every requirement met; what it may lack is the payload verdict of a flow the
+    # classifier could not judge (a short keepalive): that flow is unknown, and so is the control, honestly.
+    assert not [s for s in unproven.get("encryption_keys", []) if s.startswith("requirement ")]
+    # workload identity needs identities on the wire, which a pcap does not carry
+    assert verdicts["workload_identity"] == "unknown"
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_each_facts_file_left_out_unproves_exactly_the_controls_that_need_it(
+    loop: tuple[Path, Path, Path, dict[str, Path]], option: str
+) -> None:
+    work, policy, capture, files = loop
+    full = _verdicts(json.loads((work / "full" / "report.json").read_text()))
+    without = _verdicts(_assess(work, policy, capture, files, f"without{option}", leave_out=option))
+    fact = OPTIONS[option]
+    needs = {cid for cid, c in REGISTRY.items() if any(fact in r.facts for r in c.meta.requirements)}
+    for cid, verdict in full.items():
+        if cid in needs and verdict == "pass":
+            assert without[cid] == "unknown", (option, cid)
+        elif cid not in needs:
+            assert without[cid] == verdict, (option, cid)
+
+
+def test_the_store_alone_gives_the_same_report(loop: tuple[Path, Path, Path, dict[str, Path]]) -> None:
+    work = loop[0]
+    assert main(["assess", str(loop[1]), "--evidence", str(work / "evidence"), "-o", str(work / "again"), "-q"]) in (
+        0, 1, 3)
+    original = json.loads((work / "full" / "report.json").read_text())
+    again = json.loads((work / "again" / "report.json").read_text())
+    assert {k: v for k, v in again.items() if k != "generated"} == {k: v for k, v in original.items()
+                                                                     if k != "generated"}
+    assert main(["evidence", "verify", "--store", str(work / "evidence")]) == 0
