@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ringfence.enforce.lab_points import lab_points
+from ringfence.secure.layers._state import StateStore
 
 from ringfence.cli import main
 from ringfence.controls.registry import REGISTRY
 from ringfence.enforce.apply import rollback
-from ringfence.enforce.lab_points import lab_points
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.secure.layers import tls, wireguard
-from ringfence.secure.layers._state import StateStore
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
