@@ -34,6 +34,7 @@ VERBS: dict[str, str] = {
     "rollout": "ringfence.cli.rollout_cmd",
     "lab": "ringfence.cli.lab_cmd",
     "evidence": "ringfence.cli.evidence_cmd",
+    "inventory": "ringfence.cli.inventory_cmd",
 }
 
 

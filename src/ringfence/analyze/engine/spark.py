@@ -54,6 +54,7 @@ def _session(master: str) -> Any:
             SparkSession.builder.master(master)
             .appName("ringfence")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # no progress bars on stdout: it carries data
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", partitions)
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
