@@ -111,6 +111,8 @@ def _probe(dst: str, port: int, expected: str, outcome: str, by_policy: bool | N
         (_probe("198.51.100.1", 443, "deny", "timeout", True), "egress", "pass"),
         (_probe("mgmt", 8000, "allow", "connected"), "zones", "pass"),
         (_probe("mgmt", 8000, "allow", "timeout"), "zones", "fail"),
+        (_probe("mgmt", 8000, "allow", "unreachable"), "zones", "unknown"),  # its source host was down
+        (_probe("mgmt", 22, "deny", "unreachable"), "admin_paths", "unknown"),
     ],
 )
 def test_probes_are_judged_in_their_control(probe: ProbeResult, control: str, verdict: str) -> None:

@@ -150,7 +150,7 @@ def test_wrong_format_and_bad_json_are_named(tmp_path: Path) -> None:
     bad.write_text('{"format": \n  "x",')
     with pytest.raises(FactsFileError) as exc:
         probes.load(bad)
-    assert exc.value.where.startswith(f"{bad}:2:")
+    assert exc.value.where.startswith(f"{bad}:2@")  # line and byte offset, as every bounded JSON error
     with pytest.raises(FactsFileError, match="cannot read"):
         probes.load(tmp_path / "missing.json")
 
@@ -177,3 +177,12 @@ def test_loaders_survive_truncated_corrupted_and_arbitrary_input(
             LOADERS[kind](file)
         except FactsFileError as exc:
             assert str(file) in exc.where
+
+
+def test_a_probe_whose_source_host_was_unreachable_loads(tmp_path: Path) -> None:
+    # `ringfence probe --target ssh` keeps a down host's probes as "unreachable": the file must load.
+    doc = {"format": "ringfence-probes/1", "target": "ssh", "taken": NOW.isoformat(), "probes": [{
+        "source": "worker-1", "destination": "storage:8080", "proto": "tcp", "port": 8080, "expected": "allow",
+        "outcome": "unreachable", "by_policy": None, "detail": "worker-1 unreachable", "evidence": []}]}  # fmt: skip
+    (result,) = probes.load(_write(tmp_path / "p.json", doc)).value
+    assert result.outcome == "unreachable"

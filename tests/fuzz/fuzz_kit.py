@@ -88,7 +88,7 @@ def _facts(kind: str) -> Callable[[Path], object]:
 
 
 def _keys(path: Path) -> object:
-    from ringfence.cli.assess_cmd import load_key_facts
+    from ringfence.facts.keys import load_key_facts
 
     return load_key_facts(str(path))
 

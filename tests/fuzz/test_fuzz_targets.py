@@ -18,10 +18,7 @@ TARGETS = targets()
 #: Crashes found by the fuzzer in code this suite does not own, reported to its owner (see the
 #: BENCHMARKS.md fuzz section): tolerated here by exact signature only, so any *other* crash of the
 #: same target still fails. Remove an entry when its fix lands.
-KNOWN: dict[str, tuple[str, ...]] = {
-    # assess_cmd.load_key_facts uses json.loads unbounded (issue 11 cause 14, facts files).
-    "facts-keys": ("ValueError: Exceeds the limit (4300 digits)",),
-}
+KNOWN: dict[str, tuple[str, ...]] = {}
 #: Inputs per target in CI: 15 targets x 60 inputs stays well under a minute on 2 cores.
 CI_EXAMPLES = 60
 

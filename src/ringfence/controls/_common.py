@@ -9,20 +9,11 @@ from typing import Any
 
 from ringfence.controls.interface import ControlMeta, Facts, Finding, ProbeResult, Verdict
 from ringfence.policy import ExceptionEntry, Policy
+from ringfence.policy.model import CONTROL_POINTS
 
-#: The ten stable control ids, in report order; each is also its module's name.
-CONTROL_IDS = (
-    "zones",
-    "workload_identity",
-    "admin_paths",
-    "storage_flows",
-    "training_traffic",
-    "egress",
-    "encryption_keys",
-    "telemetry",
-    "change_control",
-    "containment",
-)
+#: The ten stable control ids, in report order; each is also its module's name. Defined once, with the
+#: policy (which validates exception and owner entries against it); the registry checks its modules match.
+CONTROL_IDS = CONTROL_POINTS
 
 #: Findings kept per control; beyond it the rest is summarised, one finding per verdict.
 CAP = 200
@@ -253,6 +244,10 @@ def judge_probe(meta: ControlMeta, probe: ProbeResult) -> Finding:
     if probe.expected == "allow":
         if probe.outcome == "connected":
             return Finding(meta.id, Verdict.PASS, subject, f"permitted path connects{detail}", probe.evidence)
+        if probe.outcome in ("unreachable", "error"):  # the probe never ran from its source: nothing shown
+            return Finding(meta.id, Verdict.UNKNOWN, subject,
+                           f"the probe could not run ({probe.outcome}): the permitted path is not shown{detail}",
+                           probe.evidence)
         return Finding(
             meta.id,
             Verdict.FAIL,

@@ -84,7 +84,7 @@ class ProbeResult:
     proto: str
     port: int
     expected: str  # "allow" | "deny"
-    outcome: str  # "connected" | "timeout" | "reset" | "refused" | "error"
+    outcome: str  # "connected" | "timeout" | "reset" | "refused" | "error" | "unreachable" (source host down)
     by_policy: bool | None  # a deny proven to be caused by policy (counter moved / lifts when lifted)
     detail: str = ""
     evidence: tuple[str, ...] = ()

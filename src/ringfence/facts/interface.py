@@ -10,8 +10,6 @@ nesting too deep for any fact, and schema violations all become :class:`FactsFil
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ringfence.bounded import BoundedInputError, loads_json
 from ringfence.errors import InputError
 
 #: No facts document nests deeper than this; deeper input is refused before any parser recurses.
@@ -27,7 +26,6 @@ MAX_DEPTH = 64
 #: Largest facts file read (a ruleset with thousands of drops is a few MB).
 MAX_BYTES = 256 * 1024 * 1024
 
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -62,19 +60,6 @@ def read_bytes(path: str | Path, what: str) -> bytes:
         return p.read_bytes()
     except OSError as exc:
         raise FactsFileError(str(p), f"cannot read the {what} file: {exc.strerror or exc}") from exc
-
-
-def check_depth(path: str | Path, data: bytes, limit: int = MAX_DEPTH) -> None:
-    """Refuse JSON nested deeper than ``limit`` (counting brackets outside strings), naming the offset."""
-    depth = 0
-    for m in _TOKENS.finditer(data):
-        tok = m.group()
-        if tok in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                raise FactsFileError(f"{path}@{m.start()}", f"JSON nested deeper than {limit} levels: not a facts file")
-        elif tok in (b"]", b"}"):
-            depth -= 1
 
 
 def where(loc: tuple[int | str, ...], doc: Any = None) -> str:
@@ -113,14 +98,10 @@ def parse(path: str | Path, model: type[M], what: str, hint: str, *, fmt: str | 
     """Read, depth-check and validate ``path`` as ``model`` (whose ``format`` tag must be ``fmt``, if given);
     every problem is a :class:`FactsFileError`."""
     raw = read_bytes(path, what) if data is None else data
-    check_depth(path, raw)
-    try:
-        doc = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise FactsFileError(str(path), f"the {what} file is not UTF-8 text") from exc
-    except ValueError as exc:
-        line, col = getattr(exc, "lineno", 0), getattr(exc, "colno", 0)
-        raise FactsFileError(f"{path}:{line}:{col}", f"not JSON: {getattr(exc, 'msg', exc)}", hint=hint) from exc
+    try:  # the one bounded JSON loader: depth, size, NaN, duplicate keys and digit limits, each named
+        doc = loads_json(raw, str(path), max_depth=MAX_DEPTH)
+    except BoundedInputError as exc:
+        raise FactsFileError(exc.where, exc.message.removeprefix(f"{exc.where}: "), hint=hint) from exc
     if not isinstance(doc, dict):
         raise FactsFileError(str(path), f"expected one JSON object ({what})", hint=hint)
     if fmt is not None and doc.get("format") != fmt:
@@ -142,7 +123,6 @@ __all__ = [
     "Loaded",
     "Loader",
     "Strict",
-    "check_depth",
     "parse",
     "read_bytes",
     "validation",

@@ -25,7 +25,7 @@ class ProbeModel(Strict):
     proto: Literal["tcp", "udp"]
     port: int
     expected: Literal["allow", "deny"]
-    outcome: Literal["connected", "timeout", "reset", "refused", "error"]
+    outcome: Literal["connected", "timeout", "reset", "refused", "error", "unreachable"]
     by_policy: bool | None
     detail: str = ""
     evidence: list[str] = []
