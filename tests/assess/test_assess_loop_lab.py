@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ringfence.enforce.lab_points import lab_points
-from ringfence.secure.layers._state import StateStore
 
 from ringfence.cli import main
 from ringfence.controls.registry import REGISTRY
@@ -26,7 +24,9 @@ from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.secure.layers import tls, wireguard
+from ringfence.lab.points import lab_points
+from ringfence.secure.layers import tls_run, wireguard_run
+from ringfence.secure.layers.runtime import StateStore
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -82,9 +82,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             assert main(["contain", "--job", "train-b", "--drill", *name, "--policy", str(policy), "--store",
                          str(store), "--seconds", "3", "-o", str(files["--containment"]), "--approved-by",
                          "secops@lab"]) == 0
-            tls.enable_lab_tls(lab, ["storage", "management", "replication"])
-            wireguard.enable_lab_wireguard(lab, ["worker-0", "worker-1"])
-            wireguard.set_collective_class(lab, ["collective"])
+            tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
+            wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
+            wireguard_run.set_collective_class(lab.site(), ["collective"])
             _steps_advance(lab, by=3, timeout=90)
             assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(files["--probes"]),
                          "--ruleset", str(files["--ruleset"]), "--changes", str(files["--changes"]),
@@ -102,8 +102,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             yield work, policy, capture, files
         finally:
             try:
-                wireguard.disable_lab_wireguard(lab)
-                tls.disable_lab_tls(lab)
+                wireguard_run.disable_wireguard(lab.site())
+                tls_run.disable_tls(lab.site())
                 rollback(lab_points(lab), EvidenceStore.open(store), target=f"lab:{lab.name}")
             finally:
                 StateStore(lab.name).forget()
