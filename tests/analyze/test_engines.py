@@ -7,6 +7,7 @@ The Spark tests start one local[2] session for the module (a JVM: many seconds) 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +106,15 @@ SPARK = EngineSpec(EngineKind.SPARK, "local[2]")
 
 
 @pytest.fixture(scope="module")
-def spark() -> EngineSpec:
+def spark() -> Iterator[EngineSpec]:
     pytest.importorskip("pyspark")
     pytest.importorskip("sqlglot")
     if shutil.which("java") is None:
         pytest.skip("no Java: run `make sysdeps`")
-    return SPARK
+    yield SPARK
+    from ringfence.analyze.engine.spark import stop_sessions
+
+    stop_sessions()  # the JVM must not stay up (a gigabyte and a core) for the rest of the suite
 
 
 @pytest.mark.slow

@@ -134,7 +134,7 @@ def test_probe_facts_round_trip_and_bad_files(tmp_path: Path) -> None:
     path = write_json(tmp_path / "probes.json", probes_document(results, target="lab:x", evidence="ev-1"))
     assert load_probe_facts(path) == results
     (tmp_path / "bad.json").write_text('{"format": "ringfence-probes/1",\n  "probes": [}')
-    with pytest.raises(FactsFileError, match=r"bad.json:2:\d+: not JSON"):
+    with pytest.raises(FactsFileError, match=r"bad.json:2@\d+: not JSON"):
         load_probe_facts(tmp_path / "bad.json")
     doc = probes_document(results, target="lab:x")
     doc["probes"][1]["outcome"] = "maybe"

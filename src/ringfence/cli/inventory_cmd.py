@@ -12,13 +12,17 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringfence.atomic import write_atomic
-from ringfence.inventory.interface import Host, InventoryError, Skeleton, Workload, build_skeleton, parse_etc_hosts
+
+if TYPE_CHECKING:  # the inventory models pull in pydantic and the policy: imported when a verb runs
+    from ringfence.inventory.interface import Host, Skeleton, Workload
 
 
 def _read(path: str) -> str:
+    from ringfence.inventory.interface import InventoryError
+
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -30,6 +34,7 @@ def _read(path: str) -> str:
 
 
 def _slurm(args: argparse.Namespace) -> tuple[list[Host], list[Workload]]:
+    from ringfence.inventory.interface import InventoryError
     from ringfence.inventory.slurm import (
         parse_scontrol_nodes,
         parse_scontrol_partitions,
@@ -72,6 +77,8 @@ def _hosts(args: argparse.Namespace) -> tuple[list[Host], list[Workload]]:
 
 def _runner(gather: Callable[[argparse.Namespace], tuple[list[Host], list[Workload]]]) -> Callable[..., int]:
     def run(args: argparse.Namespace) -> int:
+        from ringfence.inventory.interface import build_skeleton, parse_etc_hosts
+
         hosts, jobs = gather(args)
         resolve = parse_etc_hosts(_read(args.etc_hosts), args.etc_hosts) if args.etc_hosts else None
         skeleton = build_skeleton(args.cluster, hosts, jobs, resolve, source=f"<inventory {args.inventory_verb}>")

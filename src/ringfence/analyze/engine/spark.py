@@ -35,6 +35,18 @@ def _spark_errors() -> tuple[type[BaseException], ...]:
     return PySparkException, Py4JError
 
 
+def stop_sessions() -> None:
+    """Stop every Spark session this process started (its JVM goes with it).
+
+    Sessions are kept for the life of the process so that one assessment pays the JVM start once; a
+    long-lived caller (a test run, a service) that is done with Spark calls this to give back the JVM's
+    memory and cores.
+    """
+    while _sessions:
+        _, session = _sessions.popitem()
+        session.stop()
+
+
 def _session(master: str) -> Any:
     if master in _sessions:
         return _sessions[master]
@@ -156,4 +168,4 @@ class SparkEngine:
         self._views.clear()
 
 
-__all__ = ["SparkEngine", "to_spark_sql"]
+__all__ = ["SparkEngine", "stop_sessions", "to_spark_sql"]
