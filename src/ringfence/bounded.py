@@ -53,6 +53,19 @@ class BoundedInputError(InputError):
 # --------------------------------------------------------------------------------------------- JSON
 
 
+def _bounded_text(data: bytes | str, source: str, max_bytes: int) -> str:
+    """``data`` as text, refusing more than ``max_bytes`` and invalid UTF-8 (naming the line and offset)."""
+    if len(data) > max_bytes:
+        raise BoundedInputError(source, f"{len(data)} bytes is more than the limit of {max_bytes} bytes")
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise BoundedInputError(f"{source}:{line}@{exc.start}", "not UTF-8 text") from exc
+
+
 def loads_json(
     data: bytes | str,
     source: str,
@@ -65,16 +78,7 @@ def loads_json(
     ``NaN``/``Infinity`` and duplicate object keys are refused: both are ambiguous, and a verdict
     must not hinge on which of two values a parser kept.
     """
-    if len(data) > max_bytes:
-        raise BoundedInputError(source, f"{len(data)} bytes is more than the limit of {max_bytes} bytes")
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data.count(b"\n", 0, exc.start) + 1
-            raise BoundedInputError(f"{source}:{line}@{exc.start}", "not UTF-8 text") from exc
-    else:
-        text = data
+    text = _bounded_text(data, source, max_bytes)
     _check_json_depth(text, source, max_depth)
     try:
         return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
@@ -336,16 +340,7 @@ def load_yaml(
     Sequences become tuples (the models are frozen). An empty document is an error: a file that says
     nothing must not be mistaken for one that says "no zones, no nodes".
     """
-    if len(data) > max_bytes:
-        raise BoundedInputError(source, f"{len(data)} bytes is more than the limit of {max_bytes} bytes")
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data.count(b"\n", 0, exc.start) + 1
-            raise BoundedInputError(f"{source}:{line}@{exc.start}", "not UTF-8 text") from exc
-    else:
-        text = data
+    text = _bounded_text(data, source, max_bytes)
     builder = _YamlBuilder(source, max_depth, max_nodes, max_scalar)
     documents = 0
     try:

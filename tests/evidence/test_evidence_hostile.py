@@ -16,12 +16,10 @@ from ringfence.cli import main
 from ringfence.evidence import EvidenceStore, StoreDamaged, TamperReason, canonical_json
 from ringfence.evidence.checkpoint import CHECKPOINT, load_signer
 from ringfence.evidence.interface import ChainHead, record_hash
+from rss_kit import PEAK_KB
 
 N = 30
 
-# Peak RSS of the child itself (KiB): VmHWM starts afresh at exec, while getrusage(RUSAGE_SELF).ru_maxrss
-# inherits the forking parent's high-water mark (Linux keeps it across execve), i.e. pytest's.
-PEAK_KB = "int(next(x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM')))"
 
 
 @pytest.fixture(scope="module")

@@ -117,11 +117,5 @@ def enforce_requirements(meta: ControlMeta, policy: Policy, facts: Facts, findin
     return out
 
 
-def latest(times: Sequence[datetime | None]) -> datetime | None:
-    """The latest aware time of ``times`` (None if there is none)."""
-    aware = [t for t in times if t is not None and t.tzinfo is not None]
-    return max(aware) if aware else None
-
-
-__all__ = ["duration", "enforce_requirements", "fact_problem", "latest", "max_age", "observed_until",
+__all__ = ["duration", "enforce_requirements", "fact_problem", "max_age", "observed_until",
            "requirement_problems"]

@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime
 
-from ringfence.controls.requirements import latest
 from ringfence.facts.interface import Loaded, Strict, parse
 
 CHANGES_FORMAT = "ringfence-changes/1"
@@ -48,6 +47,12 @@ class ChangesDoc(Strict):
     changes: list[ChangeModel]
 
 
+
+def _latest(times: Sequence[datetime | None]) -> datetime | None:
+    """The latest aware time of ``times`` (None if there is none)."""
+    aware = [t for t in times if t is not None and t.tzinfo is not None]
+    return max(aware) if aware else None
+
 def changes_document(changes: Sequence[Mapping[str, Any]], *, target: str,
                      taken: datetime | None = None) -> dict[str, Any]:
     """The changes facts file: ``{"format", "target", "taken", "changes": [...]}``."""
@@ -60,7 +65,7 @@ def load(path: str | Path, data: bytes | None = None) -> Loaded:
     ``data``: the file's bytes, if already read."""
     doc = parse(path, ChangesDoc, "changes", HINT, fmt=CHANGES_FORMAT, data=data)
     changes = [c.model_dump(mode="json") for c in doc.changes]
-    taken = doc.taken or latest([c.time for c in doc.changes])
+    taken = doc.taken or _latest([c.time for c in doc.changes])
     return Loaded("changes", str(path), changes, taken)
 
 

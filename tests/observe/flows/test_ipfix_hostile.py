@@ -10,14 +10,12 @@ from pathlib import Path
 
 from ringfence.observe.flows._netflow_raw import MAX_TEMPLATES
 from ringfence.observe.flows.ipfix import IpfixReader
+from rss_kit import PEAK_KB
 
 # IE number, length: src4, dst4, sport, dport, proto, packets (8), octets (8), flowStartMs, flowEndMs.
 FIELDS = ((8, 4), (12, 4), (7, 2), (11, 2), (4, 1), (2, 8), (1, 8), (152, 8), (153, 8))
 START_MS = 1_700_000_000_000
 
-# Peak RSS of the child itself (KiB): VmHWM starts afresh at exec, while getrusage(RUSAGE_SELF).ru_maxrss
-# inherits the forking parent's high-water mark (Linux keeps it across execve), i.e. pytest's.
-PEAK_KB = "int(next(x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM')))"
 
 
 def _message(*sets: bytes, domain: int = 1) -> bytes:

@@ -25,6 +25,7 @@ from ringfence.observe.flows._common import (
 from ringfence.observe.flows.interface import FlowSourceError
 from ringfence.observe.flows.vpc import VpcFlowLogReader
 from ringfence.observe.flows.zeek import ZeekReader
+from rss_kit import PEAK_KB
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "samples"
 ZEEK = (SHARED / "zeek" / "brimdata_zed_conn.log").read_bytes()
@@ -32,9 +33,6 @@ VPC = (SHARED / "vpc" / "otel_valid_vpc_flow_log.log").read_bytes()
 HEADER = b"".join(ln + b"\n" for ln in ZEEK.split(b"\n") if ln.startswith(b"#"))
 DATA = [ln for ln in ZEEK.split(b"\n") if ln and not ln.startswith(b"#")]
 
-# Peak RSS of the child itself (KiB): VmHWM starts afresh at exec, while getrusage(RUSAGE_SELF).ru_maxrss
-# inherits the forking parent's high-water mark (Linux keeps it across execve), i.e. pytest's.
-PEAK_KB = "int(next(x.split()[1] for x in open('/proc/self/status') if x.startswith('VmHWM')))"
 
 
 def _peak_rss_kb(reader: str, path: Path) -> tuple[int, int]:
