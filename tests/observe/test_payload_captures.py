@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from payload_build import Flow, segments, verdict
 
+from ringfence.observe.flows._pcap_flows import MID_STREAM_NOTE
 from ringfence.observe.payload import classify_flows
 from ringfence.observe.samples import FlowKeys, PayloadSamples
 
@@ -225,7 +226,12 @@ def test_torch_bf16_and_float32_tensors_are_plaintext() -> None:
 @pytest.mark.privileged
 def test_lab_traffic_as_found(lab_capture: Path) -> None:
     table, _, _, _ = pcap.PcapReader()._read(lab_capture, None)
-    rows = [r for r in table.to_pylist() if r["reason"] != "no payload observed"]
+    seen = [r for r in table.to_pylist() if r["reason"] != "no payload observed"]
+    # A connection already past its handshake when the capture began (a busy machine delays the
+    # capture's start) cannot be named from ciphertext: it must be unknown and say why, never judged.
+    joined = [r for r in seen if MID_STREAM_NOTE in r["reason"]]
+    assert all(r["protection"] == "unknown" for r in joined)
+    rows = [r for r in seen if r not in joined]
     ssh = [r for r in rows if r["dport"] == 22]
     assert ssh
     assert all(r["protocol"] == "ssh" and r["protection"] in {"encrypted", "handshake-only"} for r in ssh)

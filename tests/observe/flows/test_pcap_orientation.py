@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from pathlib import Path
 
+from ringfence.observe.flows._pcap_flows import MID_STREAM_NOTE
 from ringfence.observe.flows.pcap import PcapReader
 
 
@@ -45,3 +47,34 @@ def test_two_ephemeral_ports_fall_back_to_the_first_sender(tmp_path: Path) -> No
     ]
     flows = PcapReader().read(_pcap(tmp_path / "two.pcap", frames)).flows.to_pylist()
     assert (flows[0]["src"], flows[0]["sport"]) == ("10.77.1.11", 41000)
+
+
+def _ciphertext(n: int, seed: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        out += hashlib.sha256(f"{seed}:{len(out)}".encode()).digest()
+    return out[:n]
+
+
+def test_joined_after_the_handshake_is_unknown_and_says_so(tmp_path: Path) -> None:
+    # An SSH session whose banner and key exchange happened before the capture: only ciphertext is seen.
+    frames = [
+        _frame("10.77.5.10", "10.77.3.10", 38692, 22, 0x18, _ciphertext(96, 1)),
+        _frame("10.77.3.10", "10.77.5.10", 22, 38692, 0x18, _ciphertext(160, 2)),
+        _frame("10.77.5.10", "10.77.3.10", 38692, 22, 0x18, _ciphertext(64, 3)),
+    ]
+    (flow,) = PcapReader().read(_pcap(tmp_path / "joined.pcap", frames)).flows.to_pylist()
+    assert flow["protection"] == "unknown"
+    assert MID_STREAM_NOTE in flow["reason"]
+
+
+def test_a_connection_opened_in_the_capture_gets_no_mid_stream_note(tmp_path: Path) -> None:
+    frames = [
+        _frame("10.77.5.10", "10.77.3.10", 38692, 22, 0x02, b""),
+        _frame("10.77.3.10", "10.77.5.10", 22, 38692, 0x12, b""),
+        _frame("10.77.5.10", "10.77.3.10", 38692, 22, 0x18, _ciphertext(96, 1)),
+        _frame("10.77.3.10", "10.77.5.10", 22, 38692, 0x18, _ciphertext(160, 2)),
+    ]
+    (flow,) = PcapReader().read(_pcap(tmp_path / "opened.pcap", frames)).flows.to_pylist()
+    assert flow["protection"] == "unknown"
+    assert MID_STREAM_NOTE not in flow["reason"]

@@ -265,6 +265,7 @@ class FlowAccumulator:
         )
         samples = self._payload_samples(row_of, init_a)
         protection, protocol, reason = classify_flows(keys, samples)
+        reason = _note_mid_stream(reason, protection, key["proto"], st["syn"])
         ts_type = FLOW_SCHEMA.field("first_seen").type
         no_port = sport < 0
         vlan = key["vlan"].astype(np.int64)
@@ -312,6 +313,29 @@ class FlowAccumulator:
             length=np.minimum(length, np.iinfo(np.int32).max).astype(np.int32),
             head=np.ascontiguousarray(head),
         )
+
+
+#: What a TCP flow whose opening was not captured adds to an ``unknown`` verdict's reason.
+MID_STREAM_NOTE: Final = (
+    "; the connection began before the capture (no SYN seen), so the handshake that names its protocol "
+    "is not in it: capture from the connection's start to judge it"
+)
+
+
+def _note_mid_stream(reason: list[str], protection: list[str], proto: npt.NDArray[np.uint8], syn: I64) -> list[str]:
+    """``reason`` with :data:`MID_STREAM_NOTE` on each TCP flow judged ``unknown`` without a SYN.
+
+    A flow joined mid-stream (after a TLS or SSH handshake) shows only ciphertext records; content
+    alone cannot name the protocol, and the reader must say why instead of leaving it a mystery.
+    """
+    rows = np.flatnonzero((proto == 6) & (syn == _MAX))
+    if rows.shape[0] == 0:
+        return reason
+    out = list(reason)
+    for i in rows.tolist():
+        if protection[i] == "unknown":
+            out[i] = f"{out[i]}{MID_STREAM_NOTE}"
+    return out
 
 
 def _initiator_is_a(key: npt.NDArray[np.void], st: dict[str, I64]) -> npt.NDArray[np.bool_]:
@@ -381,4 +405,4 @@ def _outer_texts(key: npt.NDArray[np.void], st: dict[str, I64], init_a: npt.NDAr
     return out
 
 
-__all__ = ["SERVICE_PORTS", "FlowAccumulator"]
+__all__ = ["MID_STREAM_NOTE", "SERVICE_PORTS", "FlowAccumulator"]
