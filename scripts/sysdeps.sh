@@ -19,6 +19,22 @@ want softflowd softflowd
 want nfcapd nfdump
 want pkill procps
 want java openjdk-17-jre-headless  # the Spark engine (--engine spark): Java 17+
+want swtpm swtpm                  # software TPM per lab node (attestation)
+want swtpm_setup swtpm-tools
+want tpm2_quote tpm2-tools
+want ulogd ulogd2                 # firewall decisions from NFLOG (telemetry)
+[ -e /usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so ] || need+=(ulogd2-json)
+want conntrack conntrack          # connection events
+want dnsmasq dnsmasq-base         # the lab's resolver, binary only (no system service)
+want munged munge                 # Slurm authentication
+want slurmctld slurmctld          # a real scheduler for the lab's jobs
+want slurmd slurmd
+want squeue slurm-client
+want tinyproxy tinyproxy-bin      # the egress gateway, binary only (no system service)
+want charon-systemd charon-systemd   # userspace IPsec (kernel-libipsec)
+want swanctl strongswan-swanctl
+[ -e /usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so ] || need+=(libcharon-extra-plugins)
+[ -e /usr/lib/ipsec/plugins/libstrongswan-gcm.so ] || need+=(libstrongswan-standard-plugins)
 [ -e /usr/lib/python3/dist-packages/nftables/nftables.py ] || need+=(python3-nftables)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -27,5 +43,14 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 echo "sysdeps: installing ${need[*]}" >&2
+# Packages such as munge and slurmd start their system service on install; the lab runs its own
+# instances inside its namespaces, so no daemon may start on the host: deny starts for the install.
+rc=/usr/sbin/policy-rc.d
+saved=""
+if [ -e "$rc" ]; then saved=$(mktemp); cp -p "$rc" "$saved"; fi
+restore() { if [ -n "$saved" ]; then mv "$saved" "$rc"; else rm -f "$rc"; fi; }
+trap restore EXIT
+printf '#!/bin/sh\nexit 101\n' > "$rc"
+chmod 755 "$rc"
 apt-get update -q >&2
 apt-get install -y -q --no-install-recommends "${need[@]}" >&2
