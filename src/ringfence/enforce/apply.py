@@ -21,7 +21,15 @@ from typing import Any
 from ringfence.enforce.interface import EnforceError, RenderOptions
 from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE, enforced_nodes, render_fabric, render_node
-from ringfence.enforce.nftrun import NftError, check, delete_table, list_ruleset, load
+from ringfence.enforce.nftrun import (
+    NftError,
+    check,
+    delete_table,
+    list_ruleset,
+    load,
+    prime_conntrack,
+    unprime_conntrack,
+)
 from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy
@@ -108,7 +116,11 @@ def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: 
     for scope, doc in bundle.items():
         check(executors[scope], doc)  # every point checked before any is changed
     done: list[str] = []
+    primed: list[str] = []
     try:
+        for scope in bundle:  # every point tracks connections before any stateful rule lands (see prime_conntrack)
+            prime_conntrack(executors[scope])
+            primed.append(scope)
         for scope, doc in bundle.items():
             load(executors[scope], doc)
             done.append(scope)
@@ -119,6 +131,12 @@ def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: 
             else:
                 _remove({scope: executors[scope]})
         raise
+    finally:
+        for scope in primed:
+            try:
+                unprime_conntrack(executors[scope])
+            except NftError:
+                pass  # a leftover priming table only counts invalid packets; the ruleset is what matters
 
 
 def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: dict[str, Any] | None,

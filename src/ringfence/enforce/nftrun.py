@@ -44,6 +44,35 @@ def load(executor: Executor, doc: dict[str, Any]) -> None:
     _nft(executor, ["-j", "-f", "-"], json.dumps(doc).encode())
 
 
+#: a table whose only job is to make the kernel track connections in a network namespace (see prime_conntrack)
+PRIME_TABLE = "ringfence_ct"
+
+
+def prime_conntrack(executor: Executor) -> None:
+    """Start connection tracking on the point before its ruleset lands (a table with one ``ct`` rule).
+
+    A namespace tracks connections only once a rule uses ``ct``. A connection open before then (the
+    SSH session an executor reaches the host by) is picked up mid-stream, oriented by whichever packet
+    comes first — often the server's reply — and a stateful ruleset then drops it as an unapproved
+    flow from port 22: the ruleset would cut the very session that loads it. Primed first, in a
+    session of its own, the next session's SYN is tracked and the ruleset sees it the right way round.
+    """
+    ct_rule = {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["invalid"]}}
+    chain = {"family": "inet", "table": PRIME_TABLE, "name": "track", "type": "filter", "hook": "prerouting",
+             "prio": -300, "policy": "accept"}
+    load(executor, {"nftables": [
+        {"add": {"table": {"family": "inet", "name": PRIME_TABLE}}},
+        {"add": {"chain": chain}},
+        {"add": {"rule": {"family": "inet", "table": PRIME_TABLE, "chain": "track",
+                          "expr": [ct_rule, {"counter": None}]}}},
+    ]})
+
+
+def unprime_conntrack(executor: Executor) -> None:
+    """Remove :func:`prime_conntrack`'s table (the ruleset's own ``ct`` rules keep tracking on)."""
+    delete_table(executor, "inet", PRIME_TABLE)
+
+
 def list_ruleset(executor: Executor, *, family: str | None = None, table: str | None = None) -> dict[str, Any]:
     """``nft -j list ruleset`` (or one table); an absent table reads as an empty ruleset."""
     args = ["-j", "list", "table", family or "inet", table] if table else ["-j", "list", "ruleset"]
