@@ -40,10 +40,10 @@ def own_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
     work = tmp_path_factory.mktemp("ssh-site")
     lab = Lab.up(workers=2, jobs=1)
     try:
-        policy = work / "policy.yaml"
-        policy.write_text(lab.policy_yaml())
         hosts = work / "hosts.yaml"
         assert main(["lab", "hosts", "--name", lab.name, "-o", str(hosts)]) == 0
+        policy = work / "policy.yaml"  # after the hosts: their sshd are administrative services of the policy
+        policy.write_text(lab.policy_yaml())
         yield lab, hosts, policy
     finally:
         try:
@@ -61,8 +61,9 @@ def _ssh(own_lab: tuple[Lab, Path, Path]) -> Site:
 def test_every_node_is_reached_over_ssh_inside_its_own_network(own_lab: tuple[Lab, Path, Path]) -> None:
     lab, _, _ = own_lab
     site = _ssh(own_lab)
-    assert site.name == lab.name and "jump" not in site.hosts
-    for node in ("worker-0", "worker-1", "storage", "mgmt", "external"):
+    # every node — the jump host too, whose own ruleset is applied like any other's — and the fabric
+    assert site.name == lab.name and set(site.hosts) == {*lab.topology.node_names(), "fabric"}
+    for node in ("worker-0", "worker-1", "storage", "mgmt", "external", "jump"):
         ex = site.executor(node)
         assert isinstance(ex, SshExecutor)
         over_ssh = ex.run(["ip", "-o", "-4", "addr", "show"]).stdout

@@ -238,7 +238,8 @@ class Lab:
         """Every node in ``nodes`` runs an sshd (mgmt's own, the others one each, tracked like every lab
         process, so ``lab down`` ends them); returns node → its pinned known_hosts file."""
         base = self.paths.directory / "ssh"
-        running = {p.label for n in self.status().nodes for p in n.processes if p.alive}
+        # from the state, not status(): the fabric's sshd belongs to no node of the topology
+        running = {p.label for p in read_state(self.paths).processes if procs.is_alive(p.pid)}
         out: dict[str, Path] = {}
         wait: dict[str, set[int]] = {}
         for node in nodes:
@@ -247,7 +248,7 @@ class Lab:
                 if "mgmt-sshd" not in running:
                     raise LabError("mgmt's sshd is not running: restart the lab's services")
                 continue
-            m = sshd.prepare_node(base, node, self.topology.address(node))
+            m = sshd.prepare_node(base, node, self.sshd_address(node))
             if f"{node}-sshd" not in running:
                 self._spawn(node, f"{node}-sshd", "sshd", sshd.sshd_argv(m))
                 wait[node] = {22}
@@ -255,6 +256,13 @@ class Lab:
         if wait:
             self._wait_listening(wait, timeout=30)
         return out
+
+    def sshd_address(self, node: str) -> str:
+        """Where ``node``'s sshd listens: its own address; the fabric's on the jump zone's gateway (the
+        fabric has no node address: its management interface faces the administrators)."""
+        if node == "fabric":
+            return self.topology.zone(self.topology.node("jump").zone).gateway()
+        return self.topology.address(node)
 
     def stop_services(self) -> None:
         """Stop the servers."""
@@ -425,7 +433,8 @@ class Lab:
 
     def policy_yaml(self) -> str:
         """The as-found policy of this lab (shape of ``examples/lab-policy.yaml``)."""
-        return render_policy(self.topology)
+        state = read_state(self.paths)
+        return render_policy(self.topology, {p.node for p in state.processes if p.kind == "sshd"})
 
     def status(self) -> LabStatus:
         """A snapshot: namespaces present, processes alive, ports listening."""

@@ -44,11 +44,14 @@ def _map(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
 
 
-def render_policy(topo: Topology) -> str:
+def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
     """The intended-state policy describing ``topo`` as found: every real flow approved, nothing protected yet.
 
     The classes still *require* protection: the policy states intent, and the lab starts out violating it.
+    ``ssh_nodes`` run an sshd of their own (``ringfence lab hosts``): each is an administrative service
+    reached only from the jump host — the path an operator's tools take to every node of a real cluster.
     """
+    ssh = sorted(h for h in set(ssh_nodes) if h != "mgmt" and h in topo.node_names())
     out: list[str] = [
         f"# The intended state of ringfence lab {topo.prefix} ({topo.workers} workers, {len(topo.jobs)} jobs).",
         "# Addresses live only inside the lab's own network namespaces.",
@@ -91,6 +94,10 @@ def render_policy(topo: Topology) -> str:
         if s.admin:
             pairs.append(("admin", "true"))
         out.append(f"  - {_map(pairs)}")
+    for host in ssh:
+        pairs = [("name", _q(f"{host}-ssh")), ("node", _q(host)), ("port", "22"), ("class", _q("management")),
+                 ("application", _q("ssh")), ("admin", "true")]
+        out.append(f"  - {_map(pairs)}")
     out.append("")
     out.append("approved:")
     for j in topo.jobs:
@@ -111,6 +118,21 @@ def render_policy(topo: Topology) -> str:
         '     description: "users submit jobs"}',
         '  - {id: "admin-ssh", from: {node: "jump"}, to: {service: "mgmt-ssh"}, class: management,',
         '     description: "administration only through the jump host"}',
+    ]
+    for host in ssh:
+        out += [
+            f'  - {{id: {_q(f"admin-ssh-{host}")}, from: {{node: "jump"}}, to: {{service: {_q(f"{host}-ssh")}}}, '
+            "class: management,",
+            f'     description: {_q(f"ringfence and operators reach {host} only from the jump host")}}}',
+        ]
+    if "fabric" in set(ssh_nodes):  # the fabric's management interface: the jump zone's gateway
+        gateway = topo.zone(topo.node("jump").zone).gateway()
+        out += [
+            f'  - {{id: "admin-ssh-fabric", from: {{node: "jump"}}, to: {{cidr: {_q(gateway + "/32")}}}, proto: tcp, '
+            'ports: "22", class: management,',
+            '     description: "ringfence reaches the fabric\'s management interface only from the jump host"}',
+        ]
+    out += [
         '  - {id: "checkpoint-replication", from: {node: "storage"}, to: {service: "replica-sink"}, '
         "class: replication,",
         '     description: "checkpoints leave the cluster for the off-site replica"}',

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ringfence.targets.interface import Host, Site, TargetError
+from ringfence.targets.interface import FABRIC_HOST, Host, Site, TargetError
 
 _MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 #: exit status of ``timeout`` when it ended the capture (the normal end of a timed capture)
@@ -52,10 +52,14 @@ def _one(host: Host, seconds: float, snaplen: int) -> tuple[str, bytes | None, s
 
 def capture_site(site: Site, seconds: float, out_path: Path, *, nodes: Sequence[str] | None = None,
                  snaplen: int = 256) -> SiteCapture:
-    """Capture ``seconds`` of every host (or ``nodes``) of ``site`` into one classic pcap at ``out_path``."""
+    """Capture ``seconds`` of every host (or ``nodes``) of ``site`` into one classic pcap at ``out_path``.
+
+    The fabric host (:data:`FABRIC_HOST`) is left out by default: it forwards what the nodes send, and
+    each packet is recorded once, where its sender handed it to the network.
+    """
     if seconds <= 0:
         raise TargetError(f"capture length must be positive, not {seconds:g}")
-    chosen = sorted(nodes or site.hosts)
+    chosen = sorted(nodes or [n for n in site.hosts if n != FABRIC_HOST])
     hosts = [site.host(n) for n in chosen]
     # All at once, whatever the fan-out: the parts must cover the same window to be one capture.
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:

@@ -15,6 +15,7 @@
         env: {PYTHONPATH: /opt/ringfence/src}
         client_prefix: [ip, netns, exec, rf1-jump]   # run the ssh client under this (the lab's jump host)
         interface: eth0            # the NIC the collective uses (GLOO_SOCKET_IFNAME)
+        progress: /run/train/rank.json   # the training rank's progress file, if it runs one (targets.cluster)
         connect_timeout: 10
     fanout: 8                      # hosts contacted at once
     timeout: 60                    # seconds per host and command
@@ -52,6 +53,7 @@ class HostEntry(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     client_prefix: tuple[str, ...] = ()
     interface: str | None = None
+    progress: str | None = Field(default=None, min_length=1)
     connect_timeout: float = Field(default=10.0, gt=0, le=300)
 
 
@@ -125,7 +127,8 @@ def ssh_site(inventory: Inventory) -> Site:
     for name, h in sorted(inventory.hosts.items()):
         ex = SshExecutor(h.ssh or h.address, user=h.user, key=Path(h.key), known_hosts=Path(h.known_hosts),
                          port=h.port, name=name, prefix=h.client_prefix, connect_timeout=h.connect_timeout)
-        hosts[name] = Host(name, h.address, ex, python=h.python, env=dict(h.env), interface=h.interface)
+        hosts[name] = Host(name, h.address, ex, python=h.python, env=dict(h.env), interface=h.interface,
+                           progress=h.progress)
     return Site(inventory.site or "ssh", "ssh", hosts, fanout=inventory.fanout, timeout=inventory.timeout)
 
 

@@ -96,6 +96,12 @@ class Host:
     python: tuple[str, ...] = ("python3",)
     env: Mapping[str, str] = field(default_factory=dict)
     interface: str | None = None  # the NIC its peers are reached through (GLOO_SOCKET_IFNAME), when known
+    progress: str | None = None  # path, on the host, of its training rank's progress file (see targets.cluster)
+
+
+#: the host name of a site's enforcement point between the zones (a cluster's firewall or gateway):
+#: rules are loaded there, but it sends no traffic of its own to capture
+FABRIC_HOST = "fabric"
 
 
 @dataclass(frozen=True)
@@ -131,4 +137,4 @@ class Site:
         return self.host(node).address
 
 
-__all__ = ["Executor", "Host", "Process", "RunResult", "Site", "TargetError"]
+__all__ = ["FABRIC_HOST", "Executor", "Host", "Process", "RunResult", "Site", "TargetError"]
