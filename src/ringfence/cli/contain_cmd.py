@@ -1,9 +1,13 @@
-"""``ringfence contain (--node N | --job J | --identity I) [--release | --drill] --target lab``.
+"""``ringfence contain (--node N | --job J | --identity I) [--release | --drill] --target lab|ssh``.
 
 Snapshots the evidence, isolates the subject at its own ruleset and at the fabric, proves with probes
 that it reaches nothing but the evidence collector and that the other jobs keep training; ``--drill``
 then releases it and checks its approved paths work again; ``--release`` lifts a containment.
 Exit 0 when every check held, 1 when one did not, 2 on bad input.
+
+``--target ssh --hosts FILE --policy POLICY`` contains on a cluster's hosts over SSH: the points are
+the hosts (the one named ``fabric`` is the fabric's), the snapshot a capture of every host, and the
+other jobs' progress their ranks' progress files (``progress:`` in the hosts file).
 """
 
 from __future__ import annotations
@@ -33,6 +37,20 @@ def _collectors(policy: Any, names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _control_addresses(points: Any, nodes: Any) -> list[str]:
+    """The address each subject node sees our SSH sessions come from (``$SSH_CONNECTION``'s first field)."""
+    out: list[str] = []
+    for node in nodes:
+        if node not in points:
+            continue
+        res = points[node].run(["sh", "-c", 'printf %s "$SSH_CONNECTION"'], timeout=30)
+        fields = res.stdout.decode(errors="replace").split()
+        if res.returncode != 0 or not fields:
+            raise InputError("--target", f"{node}: cannot tell which address this control host reaches it from")
+        out.append(str(ipaddress.ip_address(fields[0])))
+    return list(dict.fromkeys(out))
+
+
 def _contain(args: argparse.Namespace) -> int:
     from ringfence.enforce.contain import contain, release, resolve_subject
     from ringfence.enforce.facts import write_json
@@ -41,31 +59,51 @@ def _contain(args: argparse.Namespace) -> int:
     from ringfence.lab import Lab
     from ringfence.lab.points import lab_points
     from ringfence.policy import load_policy, parse_policy
+    from ringfence.targets.cluster import steps_of
 
-    if args.target != "lab":
-        raise InputError("--target", f"unknown target {args.target!r}", hint="only 'lab' can be contained here")
     if args.release and args.drill:
         raise InputError("contain", "--release and --drill exclude each other")
-    lab = Lab.attach(args.name)
-    policy = load_policy(args.policy) if args.policy else parse_policy(lab.policy_yaml(), f"lab {lab.name}")
+    cluster: Any
+    if args.target == "lab":
+        lab = Lab.attach(args.name)
+        policy = load_policy(args.policy) if args.policy else parse_policy(lab.policy_yaml(), f"lab {lab.name}")
+        points = lab_points(lab)
+        target = f"lab:{lab.name}"
+        cluster = lab
+    elif args.target == "ssh":
+        from ringfence.cli._targets import site_for
+        from ringfence.targets.cluster import SiteCluster
+
+        if not args.policy:
+            raise InputError("--policy", "--target ssh needs the cluster's policy file")
+        site, policy = site_for(argparse.Namespace(target="ssh", hosts=args.hosts, target_policy=args.policy,
+                                                   name=None))
+        points = {n: site.executor(n) for n in sorted(site.hosts)}
+        target = f"ssh:{site.name}"
+        cluster = SiteCluster(site, policy)
+    else:
+        raise InputError("--target", f"unknown target {args.target!r}", hint="lab, or ssh with --hosts")
     subject = resolve_subject(policy, node=args.node, job=args.job, identity=args.identity)
-    points = lab_points(lab)
     store = EvidenceStore.open(Path(args.store) if args.store else default_store_path())
-    target = f"lab:{lab.name}"
     if args.release:
         ev = release(subject, points, store, target=target)
         print(f"contain: released {subject.describe()} (evidence {ev})", file=sys.stderr)
         return 0
     collectors = _collectors(policy, args.collector or (["mgmt"] if policy.node("mgmt") else []))
+    if args.target == "ssh":
+        # ringfence acts on the contained node through SSH from this control host: isolating it from the
+        # control host too would cut the containment off half-way, so its address stays reachable
+        control = _control_addresses(points, subject.nodes)
+        print(f"contain: the control host {', '.join(control)} stays reachable (it drives the containment)",
+              file=sys.stderr)
+        collectors = tuple(dict.fromkeys([*collectors, *control]))
 
     def steps() -> dict[str, int]:
-        st = lab.agent_status()
-        return {k.removesuffix("-worker"): int(v.get("counters", {}).get("steps", 0))
-                for k, v in st.items() if k.endswith("-worker")}
+        return steps_of(cluster.agent_status())
 
     with tempfile.TemporaryDirectory(prefix="ringfence-contain-") as work:
         report = contain(policy, subject, points, store, target=target, collectors=collectors, workdir=Path(work),
-                         capture=lambda s, p: lab.capture(s, p).path, steps=steps, snapshot_seconds=args.seconds,
+                         capture=lambda s, p: cluster.capture(s, p).path, steps=steps, snapshot_seconds=args.seconds,
                          drill=args.drill, progress=lambda m: print(f"contain: {m}", file=sys.stderr),
                          approved_by=args.approved_by, ticket=args.ticket)
     doc = report.to_json()
@@ -94,7 +132,8 @@ def register(sub: Any) -> None:
     p.add_argument("--approved-by", help="who authorised the containment (recorded with the action)")
     p.add_argument("--ticket", help="incident or change ticket (recorded with the action)")
     p.add_argument("--seconds", type=float, default=4.0, help="length of the capture in the snapshot")
-    p.add_argument("--target", default="lab", help="where to contain (lab)")
+    p.add_argument("--target", default="lab", choices=("lab", "ssh"), help="where to contain (default: lab)")
+    p.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     p.add_argument("--name", help="the lab (optional when only one exists)")
     p.add_argument("-o", "--output", help="write the containment facts (JSON) here")
     p.add_argument("--store", "--evidence", dest="store",

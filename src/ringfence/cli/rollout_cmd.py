@@ -15,7 +15,7 @@ from ringfence.errors import InputError
 
 if TYPE_CHECKING:
     from ringfence.bench.compare import GateBudget
-    from ringfence.bench.driver import RankSpec
+    from ringfence.bench.driver import BenchSpec, RankSpec
     from ringfence.rollout.interface import EvidenceSink, StepAction
     from ringfence.rollout.layers import AllReduceBenchmarker
     from ringfence.rollout.machine import Rollout
@@ -67,6 +67,11 @@ def _plan(args: argparse.Namespace) -> int:
         raise InputError("--sizes", str(exc)) from exc
     bench = {"target": args.target, "sizes": list(sizes), "dtype": args.dtype, "backend": args.backend,
              "warmup": args.warmup, "iterations": args.iters, "repeats": args.repeats, "timeout_s": args.timeout}
+    if args.target == "ssh":
+        if not args.hosts or not args.policy:
+            raise InputError("--target", "--target ssh needs --hosts (the inventory) and --policy (the cluster's)")
+        # absolute: a later `rollout advance` may run from another directory
+        bench |= {"hosts": str(Path(args.hosts).resolve()), "policy": str(Path(args.policy).resolve())}
     ro = Rollout.plan(Path(args.state), pair=pair, layer=args.layer, evidence=_evidence(args),
                       fleet=_nodes(args.fleet, "--fleet") if args.fleet else (), budget=_budget(args),
                       budget_source=args.policy or "command line", bench=bench)
@@ -90,17 +95,23 @@ def _budget_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
+def _spec(ro: Rollout) -> BenchSpec:
     from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec
+
+    b = ro.state.bench
+    return BenchSpec(sizes=tuple(b.get("sizes", DEFAULT_SIZES)), dtype=b.get("dtype", "float32"),
+                     backend=b.get("backend", "gloo"), warmup=int(b.get("warmup", 5)),
+                     iterations=int(b.get("iterations", 20)), repeats=int(b.get("repeats", 3)),
+                     timeout_s=float(b.get("timeout_s", 1800.0)))
+
+
+def _benchmarker(ro: Rollout) -> AllReduceBenchmarker:
     from ringfence.bench.placement import local_ranks
     from ringfence.lab.points import lab_ranks
     from ringfence.rollout.layers import AllReduceBenchmarker
 
     b = ro.state.bench
-    spec = BenchSpec(sizes=tuple(b.get("sizes", DEFAULT_SIZES)), dtype=b.get("dtype", "float32"),
-                     backend=b.get("backend", "gloo"), warmup=int(b.get("warmup", 5)),
-                     iterations=int(b.get("iterations", 20)), repeats=int(b.get("repeats", 3)),
-                     timeout_s=float(b.get("timeout_s", 1800.0)))
+    spec = _spec(ro)
     target = b.get("target", "local")
 
     def ranks(nodes: Sequence[str]) -> list[RankSpec]:
@@ -127,13 +138,28 @@ def _advance(args: argparse.Namespace) -> int:
     from ringfence.rollout.layers import load_layer
     from ringfence.rollout.machine import Rollout, StepTools
 
-    ro = Rollout.open(Path(args.state), _evidence(args))
-    tls, keys = _actions(args.actions)
-    tools = StepTools(tls=tls, keys=keys, layer=load_layer(ro.state.layer), benchmark=_benchmarker(ro),
-                      candidate_run=load_run(args.candidate) if args.candidate else None)
-    if args.repeats is not None:
-        bm = _benchmarker(ro)
-        tools = replace(tools, benchmark=replace(bm, spec=replace(bm.spec, repeats=args.repeats)))
+    evidence = _evidence(args)
+    ro = Rollout.open(Path(args.state), evidence)
+    candidate = load_run(args.candidate) if args.candidate else None
+    if ro.state.bench.get("target") == "ssh":
+        from ringfence.cli._rollout_site import ssh_tools
+        from ringfence.evidence import EvidenceStore
+
+        spec = _spec(ro)
+        if args.repeats is not None:
+            spec = replace(spec, repeats=args.repeats)
+        store = evidence if isinstance(evidence, EvidenceStore) else None
+        s_tls, s_keys, s_layer, bench = ssh_tools(ro.state.bench, ro.state.layer, spec, store)
+        tls, keys = _actions(args.actions) if args.actions else (s_tls, s_keys)
+        tools = StepTools(tls=tls, keys=keys, layer=s_layer or load_layer(ro.state.layer), benchmark=bench,
+                          candidate_run=candidate)
+    else:
+        tls, keys = _actions(args.actions)
+        tools = StepTools(tls=tls, keys=keys, layer=load_layer(ro.state.layer), benchmark=_benchmarker(ro),
+                          candidate_run=candidate)
+        if args.repeats is not None:
+            bm = _benchmarker(ro)
+            tools = replace(tools, benchmark=replace(bm, spec=replace(bm.spec, repeats=args.repeats)))
     rec = ro.advance(tools, args.step)
     print(_status_text(ro))
     return 0 if rec.status.value == "done" else 1
@@ -203,7 +229,8 @@ def register(sub: Any) -> None:
     pl.add_argument("--pair", required=True, help="the canary pair, A,B")
     pl.add_argument("--layer", required=True, help="collective layer (noop, or one from ringfence.secure)")
     pl.add_argument("--fleet", help="all nodes for step 5 (default: the pair)")
-    pl.add_argument("--target", choices=("local", "lab"), default="lab")
+    pl.add_argument("--target", choices=("local", "lab", "ssh"), default="lab")
+    pl.add_argument("--hosts", help="--target ssh: the hosts inventory (with --policy: the cluster's policy)")
     pl.add_argument("--sizes", help="benchmark sizes (default 1M..256M)")
     pl.add_argument("--dtype", default="float32")
     pl.add_argument("--backend", default="gloo")

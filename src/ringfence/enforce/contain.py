@@ -367,9 +367,13 @@ def training_progress(steps: StepsFn, watch: Sequence[str], stopped: Sequence[st
     while time.monotonic() < deadline and not all(now.get(n, 0) - before.get(n, 0) >= min_steps for n in watch):
         time.sleep(0.5)
         now = dict(steps())
-    delta = {n: now.get(n, 0) - before.get(n, 0) for n in (*watch, *stopped)}
-    return {"others_training": all(delta[n] >= min_steps for n in watch) if watch else None,
-            "steps": delta, "watched": list(watch), "contained_ranks": list(stopped)}
+    # A rank whose counter could not be read (its host unreachable) is unobserved, never "stopped":
+    # the others' training is then unknown, not failed and not passed.
+    delta = {n: now[n] - before[n] for n in (*watch, *stopped) if n in now and n in before}
+    unseen = [n for n in watch if n not in delta]
+    others = None if unseen or not watch else all(delta[n] >= min_steps for n in watch)
+    return {"others_training": others, "steps": delta, "watched": list(watch), "contained_ranks": list(stopped),
+            "unobserved": unseen}
 
 
 def verify(policy: Policy, subject: Subject, points: Mapping[str, Executor], store: EvidenceStore, *, target: str,

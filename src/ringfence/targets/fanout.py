@@ -27,7 +27,8 @@ class HostOutcome:
         return self.error is None and self.result is not None and self.result.returncode == 0
 
 
-def _one(node: str, executor: Executor, argv: Sequence[str], timeout: float) -> HostOutcome:
+def host_outcome(node: str, executor: Executor, argv: Sequence[str], timeout: float) -> HostOutcome:
+    """Run ``argv`` on one host within ``timeout`` s: its result, or why there is none."""
     try:
         res = executor.run(list(argv), timeout=timeout)
     except TargetError as exc:
@@ -46,7 +47,7 @@ def run_on_all(executors: Mapping[str, Executor], argv: Sequence[str], *, fanout
     if fanout < 1:
         raise TargetError(f"fan-out must be at least 1, not {fanout}")
     nodes = sorted(executors)
-    call: Callable[[str], HostOutcome] = lambda n: _one(n, executors[n], argv, timeout)  # noqa: E731
+    call: Callable[[str], HostOutcome] = lambda n: host_outcome(n, executors[n], argv, timeout)  # noqa: E731
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(nodes)))) as pool:
         return dict(zip(nodes, pool.map(call, nodes), strict=True))
 
@@ -67,4 +68,4 @@ def require_reachable(site: Site, *, fanout: int = 8, timeout: float = 30.0) -> 
         )
 
 
-__all__ = ["HostOutcome", "require_reachable", "run_on_all"]
+__all__ = ["HostOutcome", "host_outcome", "require_reachable", "run_on_all"]
