@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ringfence.enforce.expiry import timed_paths
 from ringfence.enforce.interface import EnforceError, RenderOptions
 from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE, enforced_nodes, render_fabric, render_node
@@ -155,7 +156,8 @@ def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: Evide
     if FABRIC not in executors or missing:
         raise EnforceError(f"target {target} lacks enforcement points: {', '.join([*missing, FABRIC][:10])}")
     contained, live_collectors = live_containment(executors[FABRIC])
-    options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors)
+    options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors,
+                            timed=timed_paths(policy))
     bundle = render_bundle(policy, [FABRIC, *enforced_nodes(matrix)], options, matrix)
     history = _history(store, target)
     previous = history[-1] if history else None
