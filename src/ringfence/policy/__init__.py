@@ -1,5 +1,6 @@
 """The intended state (policy-as-code). Imports nothing else of ringfence's but errors and bounded loading."""
 
+from ringfence.policy.digest import policy_digest
 from ringfence.policy.load import PolicyError, load_policy, parse_policy, policy_schema
 from ringfence.policy.model import (
     CONTROL_POINTS,
@@ -54,5 +55,6 @@ __all__ = [
     "load_policy",
     "parse_policy",
     "parse_duration",
+    "policy_digest",
     "policy_schema",
 ]
