@@ -18,10 +18,8 @@ from ringfence.change.request import APPROVE_SOURCE, integrity_problems, last_ap
 from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.evidence.checkpoint import Signer
+from ringfence.facts.changes import REVIEW_SOURCE
 from ringfence.policy import Policy, parse_policy, policy_digest
-
-#: Evidence source of after-the-fact reviews of emergency changes (and of rule reviews).
-REVIEW_SOURCE = "change.review"
 
 
 class Refused(ChangeError):

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ringfence.change.decide import REVIEW_SOURCE
-from ringfence.change.live import LIVE_SOURCE, Normalised, live_hash, read_live
+from ringfence.change.live import Normalised, live_hash, read_live
 from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
 from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.facts.changes import LIVE_SOURCE, REVIEW_SOURCE
 from ringfence.policy import Policy, policy_digest
 from ringfence.targets.interface import Executor
 

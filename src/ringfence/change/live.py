@@ -17,11 +17,10 @@ from typing import Any
 from ringfence.change.interface import ChangeError, canonical_sha256
 from ringfence.enforce.apply import AppliedVersion
 from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.facts.changes import LIVE_SOURCE
 from ringfence.targets.fanout import run_on_all
 from ringfence.targets.interface import Executor
 
-#: Evidence source of the live ruleset recorded after every deploy and rollback.
-LIVE_SOURCE = "change.live"
 #: Sets whose elements another recorded action owns (containment), so they are not configuration drift.
 MANAGED_SETS = frozenset({"contained", "collectors"})
 _VOLATILE = frozenset({"handle", "expires", "timeout"})

@@ -30,11 +30,10 @@ from ringfence.enforce.matrix import resolve
 from ringfence.enforce.nftables import enforced_nodes
 from ringfence.errors import RingfenceError
 from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.facts.changes import APPROVE_SOURCE
 from ringfence.facts.interface import parse
 from ringfence.policy import Policy, parse_policy, policy_digest
 
-#: Evidence source of approvals (each keeps the approved policy text as an artifact).
-APPROVE_SOURCE = "change.approve"
 HINT = "write it with: ringfence change propose POLICY --by ID --ticket T -o REQUEST.json"
 
 
