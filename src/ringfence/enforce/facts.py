@@ -253,7 +253,7 @@ def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[s
             "previous": d.get("previous"), "audit": d.get("audit", False), "scopes": d.get("scopes", []),
             "subject": d.get("subject"), "diff_lines": len(str(d.get("diff", "")).splitlines()),
             "flows": d.get("flows"), "approved_by": d.get("approved_by"), "ticket": d.get("ticket"),
-            "verified": None, "verified_by": None,
+            "verified": None, "verified_by": None, "live": None, "reviewed_by": None, "reviewed_at": None,
             **{k: d.get(k) for k in _CHANGE_FIELDS if d.get(k) is not None},
             "emergency": d.get("emergency") is True,
         })
