@@ -77,7 +77,10 @@ def deploy_approval(doc: RequestDoc, policy: Policy, store: EvidenceStore) -> di
             notes.append(f"the approval by {a.by} is by the requester and does not count")
             continue
         why = approval_problem(a, doc.request_sha256, trusted)
-        (notes.append(why) if why else valid.append(a.by))
+        if why:
+            notes.append(why)
+        else:
+            valid.append(a.by)
     if not valid:
         problems.append("no valid approval by someone other than the requester" + (f" ({'; '.join(notes)})"
                                                                                   if notes else ""))
@@ -99,7 +102,9 @@ def review(store: EvidenceStore, evidence_id: str, *, by: str, note: str = "") -
     """Record ``by``'s after-the-fact review of the deployed change ``evidence_id`` (an emergency change);
     :class:`Refused` when ``by`` deployed it."""
     data = _applied(store, evidence_id)
-    if by.strip() and by.strip() == data.get("deployed_by"):
+    if not by.strip():
+        raise ChangeError("a review needs the reviewer's identity (--by)")
+    if by.strip() == data.get("deployed_by"):
         raise Refused(f"{by} deployed change {evidence_id} and cannot review it (separation of duties)")
     ev = store.append(RecordKind.ACTION, REVIEW_SOURCE, f"change {evidence_id}", {
         "action": "review", "target": data.get("target"), "change": evidence_id, "by": by.strip(), "note": note,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from ringfence.change.interface import ChangeError
 from ringfence.change.live import Normalised, live_hash, read_live
 from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
 from ringfence.evidence import EvidenceStore, RecordKind
@@ -87,6 +88,15 @@ def _records(store: EvidenceStore, target: str) -> tuple[list[Any], dict[str, An
     return applied, live, reviews
 
 
+def _baseline(store: EvidenceStore, rec: Mapping[str, Any]) -> dict[str, Normalised]:
+    try:
+        data: dict[str, Normalised] = json.loads(store.blob_path(str(rec["listing"])).read_bytes())
+    except (OSError, ValueError, KeyError) as exc:
+        raise ChangeError(f"cannot read the recorded live ruleset {rec.get('listing')} from the evidence store: "
+                          f"{exc}") from exc
+    return data
+
+
 def drift(policy: Policy, points: Mapping[str, Executor], store: EvidenceStore, *, target: str,
           now: datetime | None = None) -> dict[str, Any]:
     """The drift report of ``target`` against ``policy``'s deployed, approved version (see the module)."""
@@ -118,7 +128,7 @@ def drift(policy: Policy, points: Mapping[str, Executor], store: EvidenceStore, 
                          "detail": "no live ruleset was recorded when it was deployed; redeploy with ringfence apply"})
         report["verdict"] = "fail" if any(f["verdict"] == "fail" for f in findings) else "unknown"
         return report
-    baseline: dict[str, Normalised] = json.loads(store.blob_path(str(baseline_rec["listing"])).read_bytes())
+    baseline = _baseline(store, baseline_rec)
     for node, now_live in sorted(read_live(points).items()):
         if isinstance(now_live, str):
             report["nodes"][node] = {"status": "unknown", "reason": now_live, "differences": []}

@@ -70,9 +70,9 @@ def _updated_sets(entries: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 def normalise(listing: Mapping[str, Any]) -> Normalised:
     """The configuration part of an ``nft -j list ruleset`` document (see the module docstring)."""
-    entries = [e for e in listing.get("nftables", []) if isinstance(e, dict)]
     if not isinstance(listing.get("nftables"), list):
         raise ChangeError("nft printed a listing without an 'nftables' list")
+    entries = [e for e in listing["nftables"] if isinstance(e, dict)]
     dynamic = _updated_sets(entries)
     objects: dict[str, Any] = {}
     rules: dict[str, list[Any]] = {}
