@@ -194,7 +194,7 @@ def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target:
     carried = {k: wanted.get(k) for k in ("policy_sha256", "approved_by", "requested_by", "request", "ticket")
                if wanted.get(k) is not None} if wanted else {}
     return _record(store, target, bundle, current, "rollback", bool(wanted and wanted.get("audit")),
-                   {**carried, "restored": wanted.get("version") if wanted else None, "rolled_back_by": by}
+                   {**carried, "restored_version": wanted.get("version") if wanted else None, "rolled_back_by": by}
                    if approved_only else None)
 
 

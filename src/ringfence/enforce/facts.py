@@ -193,7 +193,7 @@ def ruleset_facts(policy: Policy, points: Mapping[str, Executor], *, target: str
 # ------------------------------------------------------------------------------------------ changes
 
 #: What an apply or rollback record carries of change control into its change fact.
-_CHANGE_FIELDS = ("request", "requested_by", "deployed_by", "policy_sha256", "restored", "rolled_back_by")
+_CHANGE_FIELDS = ("request", "requested_by", "deployed_by", "policy_sha256", "restored_version", "rolled_back_by")
 
 
 def _change_control_record(kind: RecordKind, source: str, rid: str, time: Any, d: Mapping[str, Any],

@@ -51,7 +51,7 @@ class ChangeModel(Strict):
     reviewed_at: AwareDatetime | None = None
     live: str | None = None
     policy_sha256: str | None = None
-    restored: int | str | None = None
+    restored_version: int | str | None = None
     rolled_back_by: str | None = None
 
 
