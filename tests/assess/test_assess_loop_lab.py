@@ -9,6 +9,7 @@ the controls whose requirements need that fact lose their ``pass`` (the others k
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import date, timedelta
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ringfence.cli import main
 from ringfence.controls.registry import REGISTRY
 from ringfence.enforce.apply import rollback
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
+from ringfence.evidence.checkpoint import load_signer, public_bytes
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_points
@@ -46,6 +49,29 @@ OPTIONS = {"--probes": "probes", "--ruleset": "ruleset", "--changes": "changes",
            "--containment": "containment"}
 
 
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@lab", *args], check=True,
+                   capture_output=True, timeout=60)
+
+
+def _commit(repo: Path, policy: Path, text: str, message: str) -> None:
+    policy.write_text(text)
+    _git(repo, "add", policy.name)
+    _git(repo, "commit", "-q", "-m", message)
+
+
+def _change(work: Path, policy: Path, text: str, ticket: str, name: list[str], store: Path) -> None:
+    """Commit ``text``, propose it (dev@lab), approve it (cab@lab), deploy the approved request."""
+    _commit(policy.parent, policy, text, ticket)
+    req = work / f"{ticket}.json"
+    assert main(["change", "propose", str(policy), "--by", "dev@lab", "--ticket", ticket, "-o", str(req),
+                 "--evidence", str(store)]) == 0
+    assert main(["change", "approve", str(req), "--by", "cab@lab", "--key", str(work / "cab.key"), "--evidence",
+                 str(store)]) == 0
+    assert main(["apply", str(policy), "--target", "lab", *name, "--request", str(req), "--evidence",
+                 str(store)]) == 0
+
+
 def _steps(lab: Lab) -> int:
     return sum(int(s.get("counters", {}).get("steps", 0)) for k, s in lab.agent_status().items() if "worker" in k)
 
@@ -66,15 +92,31 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
     work = tmp_path_factory.mktemp("readme-loop")
     store = work / "evidence"
     with Lab.up(workers=4, jobs=2) as lab:  # a second job to contain while train-a keeps training
-        policy = work / "lab.yaml"
+        repo = work / "policy-repo"  # policy lives in git; changes go through change control
+        repo.mkdir()
+        _git(repo, "init", "-q")
+        policy = repo / "lab.yaml"
         text = lab.policy_yaml().replace("\nclasses:", "\n" + TUNNEL + "\nclasses:", 1)
         assert "exceptions: []\n" in text
-        policy.write_text(text.replace("exceptions: []\n", EXCEPTION.format(expires=date.today() + timedelta(days=30))))
+        cab = load_signer(work / "cab.key")
+        text = text.replace("exceptions: []\n", EXCEPTION.format(expires=date.today() + timedelta(days=30)))
+        text += ("change_control:\n  required: true\n  approvers: {'cab@lab': '"
+                 + public_bytes(cab.public_key).hex() + "'}\n")
         name = ["--name", lab.name]
         try:
-            assert main(["apply", str(policy), "--target", "lab", *name, "--approved-by", "cab@lab", "--ticket",
-                         "CHG-1", "--evidence", str(store)]) == 0
             files = {o: work / f"{f}.json" for o, f in OPTIONS.items()}
+            # a change traced through request → approval → deploy (probed) → rollback, as change_control asks
+            _change(work, policy, text, "CHG-1", name, store)
+            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "v1-probes.json"),
+                         "--store", str(store)]) == 0
+            variant = yaml.safe_load(text)
+            variant["approved"] = [f for f in variant["approved"] if f["id"] != "aux-telemetry"]
+            _change(work, policy, yaml.safe_dump(variant, sort_keys=False), "CHG-2", name, store)
+            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "v2-probes.json"),
+                         "--store", str(store)]) == 0
+            assert main(["change", "rollback", "--target", "lab", *name, "--by", "cab@lab", "--evidence",
+                         str(store)]) == 0
+            _commit(repo, policy, text, "CHG-2 rolled back")  # the repository says what is in force again
             assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "first-probes.json"),
                          "--store", str(store)]) == 0  # verifies the applied version
             # the drill before the layers: its collector check speaks plain HTTP to the management API; a job

@@ -73,8 +73,13 @@ KEYS: dict[str, Any] = {
                   for n in POLICY.nodes if n.identity and n.zone != "external"],
 }
 
-CHANGES = [{"id": "v1", "applied_at": (NOW - timedelta(hours=3)).isoformat(), "approved_by": "cab@lab",
-            "ticket": "CHG-1", "verified": True, "verified_by": "ev-probe", "evidence": "ev-apply"}]
+#: A change traced through request → approval by another identity → deploy observed by a probe → rollback.
+CHANGES = [{"id": "v1", "action": "apply", "version": "a1", "applied_at": (NOW - timedelta(hours=3)).isoformat(),
+            "approved_by": "cab@lab", "requested_by": "dev@lab", "request": "r" * 64, "ticket": "CHG-1",
+            "verified": True, "verified_by": "ev-probe", "evidence": "ev-apply", "live": "ev-live"},
+           {"id": "v2", "action": "rollback", "version": "none", "previous": "a1",
+            "applied_at": (NOW - timedelta(hours=2)).isoformat(), "approved_by": "cab@lab", "ticket": "CHG-1",
+            "verified": True, "verified_by": "ev-probe-2", "evidence": "ev-rollback", "live": "ev-live-2"}]
 
 CONTAINMENT = {"drills": [{"node": "aux", "isolated": True, "by_policy": True, "points": {"node": True, "fabric": True},
                            "others_unaffected": True, "restored": True, "seconds": 1.2, "evidence": ["ev-contain"]}]}

@@ -52,3 +52,21 @@ def test_a_failed_drill_leaves_its_actions_unverified_as_failures(tmp_path: Path
     assert [c["verified"] for c in history[1:]] == [False, False, False]
     findings = change_control.evaluate(POLICY, Facts(changes=history))
     assert any(f.verdict is Verdict.FAIL and "not observed" in f.message for f in findings)
+
+
+def test_change_control_fields_survive_the_facts_file(tmp_path: Path) -> None:
+    from ringfence.facts.changes import LIVE_SOURCE, REVIEW_SOURCE
+
+    store = EvidenceStore.open(tmp_path / "ev")
+    ev = store.append(RecordKind.ACTION, APPLY, "target", {
+        "action": "apply", "target": T, "version": "v", "emergency": True, "deployed_by": "oncall",
+        "request": "r" * 64, "requested_by": "alice", "policy_sha256": "p" * 64})
+    live = store.append(RecordKind.OBSERVATION, LIVE_SOURCE, "target", {"target": T, "applied": str(ev)})
+    store.append(RecordKind.ACTION, REVIEW_SOURCE, "change", {"target": T, "change": str(ev), "by": "cab"})
+    history = change_facts(store, T)
+    file = tmp_path / "changes.json"
+    file.write_text(json.dumps(changes_document(history, target=T, taken=datetime.now(UTC))))
+    (change,) = load(file).value
+    assert (change["emergency"], change["deployed_by"], change["reviewed_by"], change["live"]) == (
+        True, "oncall", "cab", str(live))
+    assert change["requested_by"] == "alice" and change["reviewed_at"]

@@ -35,6 +35,8 @@ VERBS: dict[str, str] = {
     "lab": "ringfence.cli.lab_cmd",
     "evidence": "ringfence.cli.evidence_cmd",
     "inventory": "ringfence.cli.inventory_cmd",
+    "change": "ringfence.cli.change_cmd",
+    "drift": "ringfence.cli.drift_cmd",
 }
 
 

@@ -12,6 +12,9 @@ from ringfence.errors import InputError
 
 
 def _apply(args: argparse.Namespace) -> int:
+    from ringfence.change.decide import Refused
+    from ringfence.change.live import record_live
+    from ringfence.cli._apply_gate import change_gate
     from ringfence.cli._targets import points_for
     from ringfence.enforce.apply import apply_policy, rollback
     from ringfence.evidence import EvidenceStore
@@ -26,13 +29,21 @@ def _apply(args: argparse.Namespace) -> int:
         version = rollback(points, store, target=target)
     else:
         policy = load_policy(args.policy)
-        version = apply_policy(policy, points, store, target=target, audit=args.audit,
-                               inventory=inventory, approved_by=args.approved_by, ticket=args.ticket)
+        try:
+            change = change_gate(args, policy, store)
+        except Refused as exc:
+            print(exc.diagnostics(), file=sys.stderr)
+            return 1
+        approved_by = change.get("approved_by", args.approved_by) if change else args.approved_by
+        version = apply_policy(policy, points, store, target=target, audit=args.audit, inventory=inventory,
+                               approved_by=approved_by, ticket=(change or {}).get("ticket", args.ticket),
+                               change=change)
+    live = record_live(store, points, version)  # the live ruleset's hash: drift's baseline
     print(f"{target}: {'rolled back to' if args.rollback else 'applied'} version {version.version[:16]} "
-          f"(evidence {version.evidence})", file=sys.stderr)
+          f"(evidence {version.evidence}, live ruleset {live})", file=sys.stderr)
     sys.stdout.write(json.dumps({"target": target, "version": version.version, "previous": version.previous,
                                  "evidence": version.evidence, "scopes": list(version.scopes),
-                                 "audit": version.audit}, indent=2) + "\n")
+                                 "audit": version.audit, "live": live}, indent=2) + "\n")
     return 0
 
 
@@ -47,5 +58,10 @@ def register(sub: Any) -> None:
     p.add_argument("--rollback", action="store_true", help="restore the version applied before the current one")
     p.add_argument("--approved-by", help="who approved this change (recorded; change control fails changes without)")
     p.add_argument("--ticket", help="the change ticket (recorded with the version)")
+    p.add_argument("--request", help="the approved change request to deploy (ringfence change propose/approve); "
+                   "required when the policy's change_control.required is set")
+    p.add_argument("--emergency", action="store_true", help="deploy without prior approval (needs --by and "
+                   "--ticket); a finding until reviewed with `ringfence change review`")
+    p.add_argument("--by", help="who deploys (recorded; an emergency change is reviewed by someone else)")
     p.add_argument("--evidence", help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
     p.set_defaults(func=_apply)

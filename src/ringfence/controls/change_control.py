@@ -12,10 +12,15 @@ from collections.abc import Mapping
 
 from ringfence.controls._common import CONTROL_IDS, parse_time, remediation_text, unknown
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
-from ringfence.policy import Policy, TrafficClass
+from ringfence.policy import Policy, TrafficClass, parse_duration
 
 #: Requirement ids.
 CHANGES, EXCEPTIONS = "approved-change-verified", "exceptions-valid"
+TRACED, REVIEWED = "change-traced", "rules-reviewed"
+#: The trace's steps, in order: propose, approve (another identity), apply the request, probe, roll back, probe.
+_TRACE_GATHER = "ringfence change propose POLICY --by ID --ticket T -o REQ.json"
+_TRACE_STEPS = ("then `ringfence change approve REQ.json --by OTHER`, `ringfence apply POLICY --request REQ.json`, "
+                "a probe, `ringfence change rollback`, a probe with --changes")
 
 meta = ControlMeta(
     id="change_control",
@@ -30,6 +35,12 @@ meta = ControlMeta(
         Requirement(CHANGES, Side.PERMITTED, "every applied ruleset change is approved and its effect observed "
                     "by a probe run after it", ("changes",),
                     "ringfence probe POLICY --target lab -o probes.json --changes changes.json"),
+        Requirement(TRACED, Side.PERMITTED, "a sampled change is traced through request, approval by someone "
+                    "other than the requester, deployment with its effect observed by a probe, and rollback, each "
+                    "with the live ruleset recorded", ("changes",), _TRACE_GATHER),
+        Requirement(REVIEWED, Side.DENIED, "the rules were reviewed (an approved change or a recorded review) "
+                    "within the policy's review interval (PCI DSS 1.2.7)", ("changes",),
+                    "ringfence change review CHANGE --by ID"),
         Requirement(EXCEPTIONS, Side.DENIED, "every exception is owned, unexpired, names a real control and a "
                     "subject of the inventory (an expired one no longer exempts)", (), "ringfence policy check POLICY"),
     ),
@@ -120,8 +131,17 @@ def _changes(facts: Facts) -> list[Finding]:
         evidence = tuple(str(e) for e in (ch.get("evidence"), ch.get("verified_by")) if isinstance(e, str) and e)
         approver = ch.get("approved_by")
         problems = []
-        if not isinstance(approver, str) or not approver.strip():
+        if ch.get("emergency") is True:
+            # an emergency change deploys first; the reviewer afterwards is its approver
+            if not _named(ch.get("reviewed_by")):
+                problems.append("emergency change not reviewed afterwards (ringfence change review)")
+            elif ch.get("reviewed_by") == ch.get("deployed_by"):
+                problems.append("emergency change reviewed by whoever deployed it")
+            approver = ch.get("reviewed_by") or approver
+        elif not _named(approver):
             problems.append("applied without a recorded approver")
+        if _named(approver) and approver == ch.get("requested_by"):
+            problems.append(f"approved by its own requester {approver} (separation of duties)")
         if ch.get("verified") is False:
             problems.append("its effect was not observed after applying (the probe run after it failed)")
         if problems:
@@ -146,6 +166,82 @@ def _changes(facts: Facts) -> list[Finding]:
     return out
 
 
+def _named(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _trace_gaps(ch: Mapping[str, object], later: list[Mapping[str, object]]) -> list[str]:
+    """What the trace request → approval → deploy (observed) → rollback lacks for the deploy ``ch``."""
+    gaps = []
+    if not _named(ch.get("request")):
+        gaps.append("no change request")
+    if not _named(ch.get("approved_by")):
+        gaps.append("no approval")
+    elif ch.get("approved_by") == ch.get("requested_by") or not _named(ch.get("requested_by")):
+        gaps.append("no approval by someone other than the requester")
+    if ch.get("verified") is not True:
+        gaps.append("its effect was not observed by a probe after the deploy")
+    if not _named(ch.get("live")):
+        gaps.append("no live ruleset recorded after the deploy")
+    rollbacks = [r for r in later if r.get("action") == "rollback" and r.get("previous") == ch.get("version")]
+    if not rollbacks:
+        gaps.append("no rollback of it recorded")
+    elif not any(_named(r.get("live")) for r in rollbacks):
+        gaps.append("no live ruleset recorded after its rollback")
+    return gaps
+
+
+def _traced(facts: Facts) -> list[Finding]:
+    if not facts.changes:
+        return []  # the history's absence is already unknown (see _changes); the requirement gate names it
+    changes = [c for c in facts.changes if isinstance(c, Mapping)]
+    best: tuple[Mapping[str, object], list[str]] | None = None
+    for i, ch in enumerate(changes):
+        if ch.get("action") != "apply":
+            continue
+        gaps = _trace_gaps(ch, changes[i + 1:])
+        if not gaps:
+            evidence = tuple(str(e) for e in (ch.get("evidence"), ch.get("live")) if e)
+            return [Finding(meta.id, Verdict.PASS, f"change {ch.get('id')}",
+                            f"traced: request {str(ch['request'])[:16]} by {ch.get('requested_by')}, approved by "
+                            f"{ch['approved_by']}, deployed and observed ({ch.get('verified_by')}), rolled back",
+                            evidence, requirement=TRACED)]
+        if best is None or len(gaps) <= len(best[1]):
+            best = (ch, gaps)
+    detail = (f"change {best[0].get('id')}: {'; '.join(best[1])}" if best else "no deploy recorded")
+    return [Finding(meta.id, Verdict.UNKNOWN, "sampled change trace",
+                    f"no change is traced through request, approval, observed deploy and rollback ({detail}): "
+                    f"`{_TRACE_GATHER}`, {_TRACE_STEPS}", requirement=TRACED)]
+
+
+def _reviewed(policy: Policy, facts: Facts) -> list[Finding]:
+    if not facts.changes:
+        return []
+    interval = parse_duration(policy.change_control.review_interval)
+    times = []
+    for ch in facts.changes:
+        if not isinstance(ch, Mapping):
+            continue
+        if ch.get("emergency") is not True and _named(ch.get("approved_by")) and ch.get("approved_by") != ch.get(
+                "requested_by"):
+            times.append(parse_time(ch.get("applied_at")))
+        if _named(ch.get("reviewed_by")):
+            times.append(parse_time(ch.get("reviewed_at")))
+    known = [t for t in times if t is not None]
+    subject = "rule review"
+    if not known:
+        return [Finding(meta.id, Verdict.FAIL, subject, "the rules were never reviewed: no approved change or "
+                        "recorded review in the history", remediation=remediation_text(meta), requirement=REVIEWED)]
+    last = max(known)
+    if facts.now - last > interval:
+        return [Finding(meta.id, Verdict.FAIL, subject, f"the rules were last reviewed {last.isoformat()}, longer "
+                        f"ago than the review interval {policy.change_control.review_interval} (PCI DSS 1.2.7)",
+                        remediation=remediation_text(meta), requirement=REVIEWED)]
+    return [Finding(meta.id, Verdict.PASS, subject, f"last reviewed {last.isoformat()}, within "
+                    f"{policy.change_control.review_interval}", requirement=REVIEWED)]
+
+
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
-    """Exceptions judged from the policy (expired ones fail); changes from the change history."""
-    return _exceptions(policy, facts) + _changes(facts)
+    """Exceptions judged from the policy (expired ones fail); changes, their trace and the rules' review
+    from the change history."""
+    return _exceptions(policy, facts) + _changes(facts) + _traced(facts) + _reviewed(policy, facts)

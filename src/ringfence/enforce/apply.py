@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ringfence.enforce.expiry import timed_paths
 from ringfence.enforce.interface import EnforceError, RenderOptions
 from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE, enforced_nodes, render_fabric, render_node
@@ -32,7 +33,7 @@ from ringfence.enforce.nftrun import (
 )
 from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
-from ringfence.policy import Policy
+from ringfence.policy import Policy, policy_digest
 from ringfence.targets.interface import Executor
 
 SOURCE = "enforce.apply"
@@ -161,11 +162,12 @@ def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: 
 def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
                  audit: bool = False, inventory: Mapping[str, Sequence[str]] | None = None,
                  collectors: tuple[str, ...] = (), approved_by: str | None = None,
-                 ticket: str | None = None) -> AppliedVersion:
+                 ticket: str | None = None, change: Mapping[str, Any] | None = None) -> AppliedVersion:
     """Check, render, commit and record ``policy`` on every scope in ``executors`` (``fabric`` + nodes).
 
     ``approved_by`` and ``ticket`` are recorded with the version: change control judges a change
-    without an approver as a failure.
+    without an approver as a failure. ``change``: what change control vouched for (the approved
+    request, or an emergency), recorded with the version.
     """
     matrix = resolve(policy)
     check_policy(policy, matrix, inventory)
@@ -173,7 +175,8 @@ def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: Evide
     if FABRIC not in executors or missing:
         raise EnforceError(f"target {target} lacks enforcement points: {', '.join([*missing, FABRIC][:10])}")
     contained, live_collectors = live_containment(executors[FABRIC])
-    options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors)
+    options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors,
+                            timed=timed_paths(policy))
     bundle = render_bundle(policy, [FABRIC, *enforced_nodes(matrix)], options, matrix)
     history = _history(store, target)
     previous = history[-1] if history else None
@@ -181,24 +184,36 @@ def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: Evide
     _commit({s: executors[s] for s in bundle}, bundle, prev_bundle)
     return _record(store, target, bundle, previous, "apply", audit,
                    {"policy_cluster": policy.cluster, "flows": len(matrix.flows), "approved_by": approved_by,
-                    "ticket": ticket})
+                    "ticket": ticket, "policy_sha256": policy_digest(policy), **(change or {})})
 
 
-def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target: str) -> AppliedVersion:
-    """Restore the version applied before the current one (none before it: remove ringfence's tables)."""
+def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
+             approved_only: bool = False, by: str | None = None) -> AppliedVersion:
+    """Restore the version applied before the current one (none before it: remove ringfence's tables).
+
+    ``approved_only`` (change control): restore the latest earlier version that was deployed with an
+    approval, carrying its approval and policy digest into the rollback's record; there must be one.
+    """
     history = _history(store, target)
     if not history:
         raise EnforceError(f"nothing was applied to target {target}; there is nothing to roll back",
                            hint="ringfence apply POLICY --target lab")
     current = history[-1]
     # the version in force before the current one: walk back past versions equal to the current
-    earlier = [h for h in history[:-1] if h["version"] != current["version"]]
+    earlier = [h for h in history[:-1] if h["version"] != current["version"]
+               and (not approved_only or (h.get("approved_by") and h.get("action") == "apply"))]
+    if approved_only and not earlier:
+        raise EnforceError(f"target {target} has no earlier approved version to roll back to")
     wanted = earlier[-1] if earlier else None
     bundle = _bundle_from_store(store, wanted["bundle"]) if wanted and wanted.get("bundle") else None
     cur_bundle = _bundle_from_store(store, current["bundle"]) if current.get("bundle") else None
     scopes = set(executors) if bundle is None else set(bundle)
     _commit({s: executors[s] for s in scopes if s in executors}, bundle, cur_bundle)
-    return _record(store, target, bundle, current, "rollback", bool(wanted and wanted.get("audit")))
+    carried = {k: wanted.get(k) for k in ("policy_sha256", "approved_by", "requested_by", "request", "ticket")
+               if wanted.get(k) is not None} if wanted else {}
+    return _record(store, target, bundle, current, "rollback", bool(wanted and wanted.get("audit")),
+                   {**carried, "restored_version": wanted.get("version") if wanted else None, "rolled_back_by": by}
+                   if approved_only else None)
 
 
 def live_rulesets(executors: Mapping[str, Executor]) -> dict[str, Any]:

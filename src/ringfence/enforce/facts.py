@@ -22,7 +22,13 @@ from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
 from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import enforced_nodes
 from ringfence.evidence import EvidenceStore, RecordKind
-from ringfence.facts.changes import CHANGES_FORMAT, changes_document, load_change_facts
+from ringfence.facts.changes import (
+    CHANGES_FORMAT,
+    LIVE_SOURCE,
+    REVIEW_SOURCE,
+    changes_document,
+    load_change_facts,
+)
 from ringfence.facts.containment import CONTAINMENT_FORMAT, drills, load_containment_facts
 from ringfence.facts.interface import FactsFileError
 from ringfence.facts.probes import PROBES_FORMAT, load_probe_facts, probe_to_json, probes_document
@@ -186,6 +192,26 @@ def ruleset_facts(policy: Policy, points: Mapping[str, Executor], *, target: str
 
 # ------------------------------------------------------------------------------------------ changes
 
+#: What an apply or rollback record carries of change control into its change fact.
+_CHANGE_FIELDS = ("request", "requested_by", "deployed_by", "policy_sha256", "restored_version", "rolled_back_by")
+
+
+def _change_control_record(kind: RecordKind, source: str, rid: str, time: Any, d: Mapping[str, Any],
+                           by_id: Mapping[str, dict[str, Any]]) -> bool:
+    """Fold a live-ruleset or review record into the change it is about; whether it was one."""
+    if kind is RecordKind.OBSERVATION and source == LIVE_SOURCE:
+        ch = by_id.get(str(d.get("applied")))
+        if ch is not None:
+            ch["live"] = rid
+        return True
+    if kind is RecordKind.ACTION and source == REVIEW_SOURCE:
+        ch = by_id.get(str(d.get("change")))
+        if ch is not None and d.get("by"):
+            ch["reviewed_by"], ch["reviewed_at"] = str(d["by"]), time
+        return True
+    return False
+
+
 
 def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[str, Any]]:
     """``Facts.changes``: every enforcement change recorded in ``store`` (applies, rollbacks, containment),
@@ -197,9 +223,12 @@ def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[s
     """
     out: list[dict[str, Any]] = []
     drill: list[dict[str, Any]] = []  # containment actions not yet followed by their drill's report
+    by_id: dict[str, dict[str, Any]] = {}
     for r in store.records():
         d = r.data if isinstance(r.data, dict) else {}
         if target is not None and d.get("target") != target:
+            continue
+        if _change_control_record(r.kind, r.source, str(r.id), r.time, d, by_id):
             continue
         if r.kind is RecordKind.OBSERVATION and r.source == CONTAIN_SOURCE:
             approver = next((c for c in drill if c["approved_by"]), None)
@@ -224,8 +253,11 @@ def change_facts(store: EvidenceStore, target: str | None = None) -> list[dict[s
             "previous": d.get("previous"), "audit": d.get("audit", False), "scopes": d.get("scopes", []),
             "subject": d.get("subject"), "diff_lines": len(str(d.get("diff", "")).splitlines()),
             "flows": d.get("flows"), "approved_by": d.get("approved_by"), "ticket": d.get("ticket"),
-            "verified": None, "verified_by": None,
+            "verified": None, "verified_by": None, "live": None, "reviewed_by": None, "reviewed_at": None,
+            **{k: d.get(k) for k in _CHANGE_FIELDS if d.get(k) is not None},
+            "emergency": d.get("emergency") is True,
         })
+        by_id[str(r.id)] = out[-1]
         if r.source == CONTAIN_SOURCE:
             drill.append(out[-1])
     return out

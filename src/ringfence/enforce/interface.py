@@ -29,6 +29,18 @@ class UnsafePolicy(EnforceError):
 
 
 @dataclass(frozen=True)
+class TimedPath:
+    """A path a temporary exception opens: the kernel forgets it after ``timeout_s`` seconds."""
+
+    exception: str
+    source: str
+    destination: str
+    proto: str
+    port: int
+    timeout_s: int
+
+
+@dataclass(frozen=True)
 class RenderOptions:
     """How to render.
 
@@ -36,12 +48,14 @@ class RenderOptions:
     radius is visible before enforcing. ``log_prefix``: the prefix of every drop/audit log line.
     ``contained``/``collectors``: addresses under containment and the evidence collectors they may
     still reach (nftables only; kept across re-applies so a new policy never silently releases them).
+    ``timed``: paths temporary exceptions open, each with its kernel timeout (nftables only).
     """
 
     audit: bool = False
     log_prefix: str = "rf"
     contained: tuple[str, ...] = ()
     collectors: tuple[str, ...] = ()
+    timed: tuple[TimedPath, ...] = ()
 
 
 #: The defaults (enforcing, prefix ``rf``, nothing contained).
@@ -125,6 +139,7 @@ __all__ = [
     "RenderResult",
     "RenderedFile",
     "Renderer",
+    "TimedPath",
     "Unsupported",
     "UnsafePolicy",
     "dump_json",

@@ -23,9 +23,10 @@ deny a connection; the routed (inter-zone) path is stateful.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ringfence.enforce import expiry
 from ringfence.enforce import nft_json as nj
 from ringfence.enforce.interface import (
     DEFAULT_OPTIONS,
@@ -125,6 +126,7 @@ def _containment_rules(t: _Table, chain: str, scope: str, options: RenderOptions
 
 
 def _deny_rules(t: _Table, chain: str, scope: str, options: RenderOptions) -> None:
+    expiry.add_exception_rules(t.family, TABLE, chain, options, t.objects, t.rules)  # before the default drop
     t.rule(chain, [nj.l4_ports(), nj.set_add("denied", _saddr(), _daddr(), nj.meta("l4proto"),
                                              nj.payload("th", "sport"), nj.payload("th", "dport"))],
            "record denied flow")
@@ -277,6 +279,7 @@ class NftablesRenderer:
     def render(self, policy: Policy, options: RenderOptions = DEFAULT_OPTIONS) -> RenderResult:
         """Render every table; nftables expresses the whole matrix, so only encryption is reported."""
         matrix = resolve(policy)
+        options = replace(options, timed=options.timed or expiry.timed_paths(policy))
         files = [RenderedFile("fabric.nft.json", dump_json(render_fabric(matrix, options)))]
         totals = {"flows": len(matrix.flows), "nodes": len(matrix.node_addresses)}
         files += [RenderedFile(f"node-{node}.nft.json", dump_json(render_node(matrix, node, options)))

@@ -12,6 +12,11 @@ from pydantic import AwareDatetime
 from ringfence.facts.interface import Loaded, Strict, parse
 
 CHANGES_FORMAT = "ringfence-changes/1"
+#: Evidence sources of change control (ringfence.change): approvals, the live ruleset recorded after a
+#: deploy, and after-the-fact reviews. Named here, with the facts they become, so readers and writers agree.
+APPROVE_SOURCE = "change.approve"
+LIVE_SOURCE = "change.live"
+REVIEW_SOURCE = "change.review"
 HINT = "write it with: ringfence probe POLICY --target lab -o probes.json --changes changes.json"
 
 
@@ -36,6 +41,18 @@ class ChangeModel(Strict):
     ticket: str | None = None
     verified: bool | None = None
     verified_by: str | None = None
+    # change control (ringfence change): the request deployed, its requester, an emergency and its review,
+    # the live ruleset recorded after the deploy, and for a rollback the version it restored
+    request: str | None = None
+    requested_by: str | None = None
+    emergency: bool = False
+    deployed_by: str | None = None
+    reviewed_by: str | None = None
+    reviewed_at: AwareDatetime | None = None
+    live: str | None = None
+    policy_sha256: str | None = None
+    restored_version: int | str | None = None
+    rolled_back_by: str | None = None
 
 
 class ChangesDoc(Strict):
@@ -75,4 +92,5 @@ def load_change_facts(path: str | Path) -> list[dict[str, Any]]:
     return value
 
 
-__all__ = ["CHANGES_FORMAT", "ChangeModel", "ChangesDoc", "changes_document", "load", "load_change_facts"]
+__all__ = ["APPROVE_SOURCE", "CHANGES_FORMAT", "LIVE_SOURCE", "REVIEW_SOURCE", "ChangeModel", "ChangesDoc",
+           "changes_document", "load", "load_change_facts"]

@@ -1,10 +1,12 @@
 """The intended state (policy-as-code). Imports nothing else of ringfence's but errors and bounded loading."""
 
+from ringfence.policy.digest import policy_digest
 from ringfence.policy.load import PolicyError, load_policy, parse_policy, policy_schema
 from ringfence.policy.model import (
     CONTROL_POINTS,
     ApprovedFlow,
     Budget,
+    ChangeControl,
     Classes,
     ClassPolicy,
     ControlOwner,
@@ -18,6 +20,7 @@ from ringfence.policy.model import (
     Requirement,
     Service,
     Standard,
+    TemporaryPath,
     TrafficClass,
     Trust,
     Zone,
@@ -29,6 +32,7 @@ __all__ = [
     "CONTROL_POINTS",
     "ApprovedFlow",
     "Budget",
+    "ChangeControl",
     "ClassPolicy",
     "Classes",
     "ControlOwner",
@@ -43,6 +47,7 @@ __all__ = [
     "Requirement",
     "Service",
     "Standard",
+    "TemporaryPath",
     "TrafficClass",
     "Trust",
     "Zone",
@@ -50,5 +55,6 @@ __all__ = [
     "load_policy",
     "parse_policy",
     "parse_duration",
+    "policy_digest",
     "policy_schema",
 ]

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
 
@@ -308,8 +308,25 @@ class FactAges(_Strict):
     per_fact: dict[str, Annotated[str, Field(pattern=DURATION)]] = Field(default_factory=dict)  # fact → max age
 
 
+class TemporaryPath(_Strict):
+    """A path an exception opens at the enforcement point until it expires (``nft`` set elements with a timeout).
+
+    ``from``/``to`` name a node of the inventory or an IPv4 address; one protocol and one port, so the
+    kernel's element is exactly the path that was granted and nothing wider.
+    """
+
+    source: str = Field(alias="from")
+    destination: str = Field(alias="to")
+    proto: Literal["tcp", "udp"] = "tcp"
+    port: Annotated[int, Field(ge=1, le=65535)]
+
+
 class ExceptionEntry(_Strict):
-    """A time-limited exception: who owns it, why, until when, and what compensates."""
+    """A time-limited exception: who owns it, why, until when, and what compensates.
+
+    ``opens``: a path the exception grants, rendered with its own kernel timeout so the path closes on
+    time with nobody acting; ``until``: the exact expiry (default: the end of ``expires``, UTC).
+    """
 
     id: Annotated[str, Field(pattern=NAME)]
     control: str
@@ -320,6 +337,15 @@ class ExceptionEntry(_Strict):
     review_trigger: str = ""
     compensating: tuple[str, ...] = ()
     trusted_boundary: str = ""
+    opens: TemporaryPath | None = None
+    # not strict: YAML and JSON give the time as text; it must carry its zone (a naive time is refused)
+    until: Annotated[AwareDatetime | None, Field(strict=False)] = None
+
+    def expires_at(self) -> datetime:
+        """When the exception lapses: ``until``, else the end of its ``expires`` day (UTC)."""
+        if self.until is not None:
+            return self.until
+        return datetime.combine(self.expires + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
 
     @field_validator("control")
     @classmethod
@@ -336,6 +362,20 @@ class ControlOwner(_Strict):
     log_source: str = ""
     exception_process: str = ""
     deployed: str = ""  # the deployed configuration (file, CRD, ruleset name)
+
+
+class ChangeControl(_Strict):
+    """How changes of this policy are controlled (control point ``change_control``).
+
+    ``required``: ``ringfence apply`` deploys only a request approved by someone other than its
+    requester (or an ``--emergency`` change, a finding until reviewed). ``approvers``: identity →
+    Ed25519 public key (64 hex digits) that an approval by that identity must verify with.
+    ``review_interval``: the longest time the rules may go without a review (PCI DSS 1.2.7: six months).
+    """
+
+    required: bool = False
+    approvers: dict[str, Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = Field(default_factory=dict)
+    review_interval: Annotated[str, Field(pattern=DURATION)] = "183d"
 
 
 class Policy(_Strict):
@@ -355,6 +395,7 @@ class Policy(_Strict):
     exceptions: tuple[ExceptionEntry, ...] = ()
     controls: dict[str, ControlOwner] = Field(default_factory=dict)
     facts: FactAges = FactAges()
+    change_control: ChangeControl = ChangeControl()
 
     @field_validator("controls")
     @classmethod
@@ -393,6 +434,7 @@ __all__ = [
     "MAX_DURATION",
     "ApprovedFlow",
     "Budget",
+    "ChangeControl",
     "ClassPolicy",
     "Classes",
     "ControlOwner",
@@ -406,6 +448,7 @@ __all__ = [
     "Requirement",
     "Service",
     "Standard",
+    "TemporaryPath",
     "TrafficClass",
     "Trust",
     "Zone",
