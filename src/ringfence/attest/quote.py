@@ -116,8 +116,10 @@ def check_quote(
         elif att.reset_count == reset and (att.restart_count < restart or att.clock <= clock):
             problems.append(f"TPM clock went back or stood still ({att.clock} ≤ {clock} ms since reset {reset}):"
                             " an old quote")
-    if not att.safe:
-        problems.append("the TPM does not vouch for its clock (clockInfo.safe is clear)")
+        elif att.reset_count == reset and not att.safe:
+            # within one reset cycle the clock comparison is the replay guard: a clock the TPM does not
+            # vouch for may repeat values. After a reset (power loss) it is not needed, so safe may be clear.
+            problems.append("the TPM does not vouch for its clock (clockInfo.safe is clear) within a reset cycle")
     return QuoteCheck(tuple(problems), att)
 
 

@@ -32,13 +32,9 @@ _REMOTE_DIR = "/var/lib/ringfence/attest"
 
 
 def _lab_site(args: argparse.Namespace) -> tuple[AttestSite, Attestation]:
-    from ringfence.attest.gate import Gate
-    from ringfence.attest.node import NodeTpm
-    from ringfence.attest.run import AttestSite
     from ringfence.lab import Lab
-    from ringfence.lab.tpm import reference_allowlist
+    from ringfence.lab.attest import attest_site, lab_allowlist
     from ringfence.policy import load_policy
-    from ringfence.policy.attestation import Attestation
 
     lab = Lab.attach(args.name)
     if args.target_policy:
@@ -46,14 +42,8 @@ def _lab_site(args: argparse.Namespace) -> tuple[AttestSite, Attestation]:
 
         allow = require_policy(load_policy(args.target_policy).attestation, args.target_policy)
     else:  # the lab's approved stack is what this machine runs
-        allow = Attestation.model_validate_json(json.dumps(reference_allowlist()))
-    status = lab.status()
-    jobs = tuple((j.name, j.members, j.master_port) for j in status.jobs)
-    nodes = args.nodes or sorted({m for _, members, _ in jobs for m in members})
-    paths = lab.ensure_tpm(nodes)
-    site = lab.site()
-    tpms = {n: NodeTpm(site.executor(n), p.tcti, str(p.work), str(p.event_log)) for n, p in paths.items()}
-    return AttestSite(f"lab-{lab.name}", tpms, site.hosts, Gate(lab.fabric_executor()), jobs), allow
+        allow = lab_allowlist()
+    return attest_site(lab, args.nodes), allow
 
 
 def _ssh_site(args: argparse.Namespace) -> tuple[AttestSite, Attestation]:

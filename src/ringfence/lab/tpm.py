@@ -179,7 +179,8 @@ def boot(p: TpmPaths, *, replace: Mapping[str, Path] | None = None, reset: bool 
          extra: tuple[Measured, ...] = ()) -> None:
     """Emulate a measured boot: (``reset``: power-cycle the TPM first) extend each measurement, then
     write the event log. ``extra`` events are extended *and* logged after the stack (a test's tampering)."""
-    if reset:
+    if reset:  # an orderly reboot: Shutdown(CLEAR) first, so the TPM still vouches for its clock
+        _tool(["tpm2_shutdown", "-c"], p.tcti, "shutting the TPM down")
         _tool(["swtpm_ioctl", "--unix", str(p.ctrl), "-i"], p.tcti, "resetting the TPM")
         _tool(["tpm2_startup", "-c"], p.tcti, "starting the TPM up")
     events = [*measurements(replace), *extra]
