@@ -191,3 +191,22 @@ def test_a_stopped_verifier_leaves_no_node_admitted_cve_2022_3500(bench: Bench) 
         assert lapsed and all(p.outcome == "timeout" and p.verdict == "pass" for p in lapsed), lapsed
     finally:
         bench.healthy()
+
+
+def test_the_verb_exits_0_when_all_are_admitted_and_1_naming_the_refused(
+        bench: Bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ringfence.cli import main
+
+    common = ["--name", bench.lab.name, "--registry", str(bench.registry)]
+    out = tmp_path / "attest.json"
+    assert main(["attest", "verify", *common, "--probe", "--store", str(tmp_path / "ev"), "-o", str(out)]) == 0
+    doc = __import__("json").loads(out.read_text())
+    assert doc["format"] == "ringfence-attestation-1" and all(n["admitted"] for n in doc["nodes"])
+    try:
+        bench.lab.stop_tpm(BAD)
+        capsys.readouterr()
+        assert main(["attest", "verify", *common, "--store", str(tmp_path / "ev"), "-o", str(out)]) == 1
+        assert f"{BAD}: REFUSED: no quote" in capsys.readouterr().err
+        assert main(["attest", "status", *common, "--nodes", BAD]) == 1
+    finally:
+        bench.healthy()
