@@ -165,7 +165,7 @@ def test_an_unreachable_tpm_is_refused(bench: Bench) -> None:
         bench.lab.stop_tpm(BAD)
         _refused(bench, bench.round(), "no quote")
     finally:
-        bench.healthy()  # ensure_tpm starts it again: a fresh boot
+        bench.healthy()  # reboot_tpm starts it again: a fresh boot
 
 
 def test_a_second_tpm_claiming_an_enrolled_name_is_refused_cve_2025_13609(bench: Bench) -> None:

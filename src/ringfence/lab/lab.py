@@ -262,16 +262,17 @@ class Lab:
         self.topology.namespace(node)  # an unknown node is an error here, not a stray directory
         return tpm.TpmPaths(self.paths.directory / "tpm" / node)
 
-    def ensure_tpm(self, nodes: list[str]) -> dict[str, tpm.TpmPaths]:
-        """Every node in ``nodes`` has a running swtpm (started now if not, tracked like every lab process,
-        so ``lab down`` ends it) and, on its first start, an emulated measured boot; returns node → paths."""
+    def ensure_tpm(self, nodes: list[str], *, restart: bool = False) -> dict[str, tpm.TpmPaths]:
+        """Every node in ``nodes`` has a swtpm, started on first use (tracked like every lab process, so
+        ``lab down`` ends it) and booted; returns node → paths. A TPM that ran and was stopped stays down
+        (an unreachable TPM is what attestation must see) unless ``restart``: then it starts and boots again."""
         running = {p.label for n in self.status().nodes for p in n.processes if p.alive}
         out: dict[str, tpm.TpmPaths] = {}
         started: list[str] = []
         for node in nodes:
             p = self.tpm_paths(node)
             out[node] = p
-            if f"{node}-swtpm" in running:
+            if f"{node}-swtpm" in running or (p.event_log.exists() and not restart):
                 continue
             for d in (p.state, p.work):
                 d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -293,7 +294,7 @@ class Lab:
                    extra: tuple[tpm.Measured, ...] = ()) -> None:
         """Power-cycle ``node``'s TPM and boot it again, measuring ``replace``'s files in place of the
         stack's (a changed binary) and ``extra`` events after it."""
-        tpm.boot(self.ensure_tpm([node])[node], replace=replace, reset=True, extra=extra)
+        tpm.boot(self.ensure_tpm([node], restart=True)[node], replace=replace, reset=True, extra=extra)
 
     def stop_tpm(self, node: str) -> None:
         """Stop ``node``'s swtpm (its TPM becomes unreachable; its state is kept for a restart)."""
