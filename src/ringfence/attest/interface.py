@@ -53,6 +53,9 @@ class Decision:
     reasons: tuple[str, ...]
     addresses: tuple[str, ...] = ()
     clock: tuple[int, int, int] | None = None  # (reset, restart, clock) of the verified quote
+    quote: bytes = b""  # what was judged, kept in the evidence so the verdict can be re-checked offline
+    signature: bytes = b""
+    nonce: bytes = b""
 
 
 __all__ = [

@@ -161,7 +161,8 @@ def _gate_and_record(site: AttestSite, policy: Attestation, decisions: Sequence[
     for d in decisions:
         ids[d.node] = store.append(RecordKind.OBSERVATION, "attest", f"node {d.node}", data={
             "admitted": d.admitted, "reasons": list(d.reasons), "addresses": list(d.addresses),
-            "clock": list(d.clock) if d.clock else None, "drill": d.node == drill})
+            "clock": list(d.clock) if d.clock else None, "drill": d.node == drill,
+            "quote": d.quote.hex(), "signature": d.signature.hex(), "nonce": d.nonce.hex()})
     store.append(RecordKind.ACTION, "attest", f"gate at {site.gate.executor.name}", data={
         "admitted": sorted(admit), "revoked": sorted(revoke), "timeout_s": policy.interval_seconds()})
     return ids

@@ -104,7 +104,8 @@ def judge(enrolment: Enrolment, evidence: Evidence, nonce: bytes, policy: Attest
                      last=enrolment.last_clock)
     problems += qc.problems
     clock = (qc.attest.reset_count, qc.attest.restart_count, qc.attest.clock) if qc.attest else None
-    return Decision(enrolment.node, not problems, tuple(problems), addresses, clock)
+    return Decision(enrolment.node, not problems, tuple(problems), addresses, clock, evidence.quote,
+                    evidence.signature, nonce)
 
 
 def verify(tpms: Sequence[NodeTpm], policy: Attestation, registry: Path, site: str, *,
