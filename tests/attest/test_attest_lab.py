@@ -177,22 +177,6 @@ def test_a_second_tpm_claiming_an_enrolled_name_is_refused_cve_2025_13609(bench:
     assert rnd.all_admitted, [d.reasons for d in rnd.decisions]
 
 
-def test_a_stopped_verifier_leaves_no_node_admitted_cve_2022_3500(bench: Bench) -> None:
-    short = lab_allowlist("3s")
-    try:
-        rnd = attest_round(bench.site, short, bench.registry, store=bench.store, do_probe=True)
-        assert rnd.all_admitted and all(p.outcome == "connected" for p in rnd.probes)
-        # the verifier now stops: no renewal. The kernel drops the admissions on its own.
-        deadline = time.monotonic() + 30
-        while bench.site.gate.admitted():
-            assert time.monotonic() < deadline, f"admissions outlived the interval: {bench.site.gate.admitted()}"
-            time.sleep(0.2)
-        lapsed = probe(bench.site, {})
-        assert lapsed and all(p.outcome == "timeout" and p.verdict == "pass" for p in lapsed), lapsed
-    finally:
-        bench.healthy()
-
-
 def test_the_verb_exits_0_when_all_are_admitted_and_1_naming_the_refused(
         bench: Bench, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ringfence.cli import main
@@ -208,5 +192,22 @@ def test_the_verb_exits_0_when_all_are_admitted_and_1_naming_the_refused(
         assert main(["attest", "verify", *common, "--store", str(tmp_path / "ev"), "-o", str(out)]) == 1
         assert f"{BAD}: REFUSED: no quote" in capsys.readouterr().err
         assert main(["attest", "status", *common, "--nodes", BAD]) == 1
+    finally:
+        bench.healthy()
+
+
+# Last: with every rank cut off for longer than gloo's timeout the job itself may end (that is denial).
+def test_a_stopped_verifier_leaves_no_node_admitted_cve_2022_3500(bench: Bench) -> None:
+    short = lab_allowlist("8s")
+    try:
+        rnd = attest_round(bench.site, short, bench.registry, store=bench.store)
+        assert rnd.all_admitted and bench.site.gate.admitted()  # (probes would race the short timeout here)
+        # the verifier now stops: no renewal. The kernel drops the admissions on its own.
+        deadline = time.monotonic() + 40
+        while bench.site.gate.admitted():
+            assert time.monotonic() < deadline, f"admissions outlived the interval: {bench.site.gate.admitted()}"
+            time.sleep(0.2)
+        lapsed = probe(bench.site, {})
+        assert lapsed and all(p.outcome == "timeout" and p.verdict == "pass" for p in lapsed), lapsed
     finally:
         bench.healthy()
