@@ -84,6 +84,12 @@ CHANGES = [{"id": "v1", "action": "apply", "version": "a1", "applied_at": (NOW -
 CONTAINMENT = {"drills": [{"node": "aux", "isolated": True, "by_policy": True, "points": {"node": True, "fabric": True},
                            "others_unaffected": True, "restored": True, "seconds": 1.2, "evidence": ["ev-contain"]}]}
 
+# node attestation (issue 16): a replay drill refused and cut off, then the same rank attested and connected
+ATTESTATION = {"format": "ringfence-attestation-1", "site": "lab", "generated": TAKEN.isoformat(), "interval": "60s",
+               "nodes": [{"node": "worker-1", "admitted": True, "reasons": [], "addresses": ["10.77.1.11"]}],
+               "probes": [{"source": "worker-1", "target": "worker-0", "address": "10.77.1.10", "port": 29500,
+                           "expected": e, "outcome": o, "verdict": "pass"}
+                          for e, o in (("blocked", "timeout"), ("reached", "connected"))]}
 
 _COMPLETE: list[Facts] = []
 
@@ -92,7 +98,7 @@ def complete() -> Facts:
     """Facts that prove every requirement of every control (built once: Facts is frozen)."""
     if not _COMPLETE:
         _COMPLETE.append(facts_for(POLICY, FLOWS, probes=PROBES, ruleset=RULESET, keys=KEYS, changes=CHANGES,
-                                   containment=CONTAINMENT))
+                                   containment=CONTAINMENT, attestation=ATTESTATION))
     return _COMPLETE[0]
 
 

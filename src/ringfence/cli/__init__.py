@@ -37,6 +37,7 @@ VERBS: dict[str, str] = {
     "inventory": "ringfence.cli.inventory_cmd",
     "change": "ringfence.cli.change_cmd",
     "drift": "ringfence.cli.drift_cmd",
+    "attest": "ringfence.cli.attest_cmd",
 }
 
 

@@ -20,7 +20,7 @@ from ringfence.errors import InputError
 
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
-                "keys": "keys", "bench": "bench"}
+                "keys": "keys", "bench": "bench", "attestation": "attestation"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -84,6 +84,8 @@ def register(sub: Any) -> None:
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
+    p.add_argument("--attestation", metavar="FILE",
+                   help="node attestation verdicts and fabric probes from `ringfence attest verify --probe -o`")
     p.add_argument("--bench", action="append", metavar="FILE",
                    help="a budget-gate result from `ringfence bench compare --json -o` (repeatable: one per layer)")
     p.add_argument("--allow-unknown", action="store_true",

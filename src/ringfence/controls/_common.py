@@ -27,6 +27,10 @@ GATHER: Mapping[str, str] = {
     "probes": (
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),
+    "attestation": (
+        "no node-attestation facts: run `ringfence attest verify --target lab --probe --drill NODE -o attest.json` "
+        "and pass `--attestation attest.json`"
+    ),
     "keys": (
         "no key-management evidence (rotation, fail-closed on mismatch): run "
         "`ringfence verify keys --target lab -o keys.json` and pass `--keys keys.json`"

@@ -22,6 +22,9 @@ from ringfence.policy import Policy, Trust
 #: Requirement ids.
 ON_WIRE, CERTS, REFUSED = "identity-on-wire", "certificates-valid", "foreign-credential-refused"
 VERIFY = "ringfence verify keys --target lab -o keys.json"
+#: Node attestation (issue 16): the fabric admits only nodes whose TPM quote verified.
+ATTESTED, ATTEST_DENIED = "attested-node-joins", "unattested-node-cut-off"
+ATTEST = "ringfence attest verify --target lab --probe --drill NODE -o attest.json"
 
 meta = ControlMeta(
     id="workload_identity",
@@ -30,13 +33,17 @@ meta = ControlMeta(
     "seen on the wire match the inventory; workloads hold valid certificates for them.",
     acceptance="Permitted: a rank presenting its job identity is accepted by its peer. Denied: a workload "
     "presenting another workload's identity (or none) is flagged and refused by mTLS.",
-    facts=("flows", "keys"),
+    facts=("flows", "keys", "attestation"),
     requirements=(
         Requirement(ON_WIRE, Side.PERMITTED, "identities presented on the wire match the inventory", ("flows",),
                     "ringfence assess POLICY --captures hubble.json"),
         Requirement(CERTS, Side.PERMITTED, "workloads hold valid certificates for their identities", ("keys",), VERIFY),
         Requirement(REFUSED, Side.DENIED, "an expired, revoked or foreign-CA credential is refused by mTLS",
                     ("keys",), VERIFY),
+        Requirement(ATTESTED, Side.PERMITTED, "a node whose TPM quote verified joins the fabric and reaches "
+                    "its job's ranks", ("attestation",), ATTEST),
+        Requirement(ATTEST_DENIED, Side.DENIED, "a node failing attestation cannot reach the job's ranks "
+                    "(dropped at the fabric)", ("attestation",), ATTEST),
     ),
     remediation={
         "nftables": "not enforceable by addresses alone: pair address sets with mTLS on the services",
@@ -183,8 +190,30 @@ def _judge_credentials(facts: Facts) -> list[Finding]:
     return out
 
 
+def _judge_attestation(facts: Facts) -> list[Finding]:
+    """Permitted: a probe between admitted nodes connected. Denied: a probe to or from a refused node timed
+    out at the gate. A probe that contradicts the gate fails; a refused port proves nothing (unknown)."""
+    doc = facts.attestation
+    probes = doc.get("probes") if doc is not None else None
+    if not isinstance(probes, list) or not probes:
+        detail = "no fabric probe in the attestation facts" if doc is not None else ""
+        return [unknown(meta, "node attestation at the fabric", "attestation", detail)]
+    out: list[Finding] = []
+    for p in probes:
+        if not isinstance(p, Mapping):
+            continue
+        req = ATTESTED if p.get("expected") == "reached" else ATTEST_DENIED
+        subject = f"probe {p.get('source')} → {p.get('target')} ({p.get('address')}:{p.get('port')})"
+        text = f"expected {p.get('expected')}, got {p.get('outcome')}"
+        verdict = {"pass": Verdict.PASS, "fail": Verdict.FAIL}.get(str(p.get("verdict")), Verdict.UNKNOWN)
+        out.append(Finding(meta.id, verdict, subject, text, requirement=req,
+                           remediation=remediation_text(meta) if verdict is Verdict.FAIL else ""))
+    return out
+
+
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Identities on the wire must match the inventory; nodes in use need an identity and a
     valid certificate; refused credentials must be refused; without identity-bearing facts the verdict is
     ``unknown``."""
-    return _judge_flows(policy, facts) + _judge_certificates(policy, facts) + _judge_credentials(facts)
+    return (_judge_flows(policy, facts) + _judge_certificates(policy, facts) + _judge_credentials(facts)
+            + _judge_attestation(facts))

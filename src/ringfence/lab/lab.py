@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import ringfence
 from ringfence.errors import RingfenceError
-from ringfence.lab import netns, procs, sshd
+from ringfence.lab import netns, procs, sshd, tpm
 from ringfence.lab.capture import run_capture
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.state import (
@@ -61,6 +61,7 @@ from ringfence.lab.status import (
     NodeStatus,
     ProcessStatus,
     ServiceStatus,
+    TpmStatus,
     ZoneStatus,
 )
 from ringfence.lab.topology import LabError, Topology, build_topology
@@ -263,6 +264,57 @@ class Lab:
         if node == "fabric":
             return self.topology.zone(self.topology.node("jump").zone).gateway()
         return self.topology.address(node)
+    def tpm_paths(self, node: str) -> tpm.TpmPaths:
+        """Where ``node``'s software TPM lives (under the lab's directory)."""
+        self.topology.namespace(node)  # an unknown node is an error here, not a stray directory
+        return tpm.TpmPaths(self.paths.directory / "tpm" / node)
+
+    def ensure_tpm(self, nodes: list[str], *, restart: bool = False) -> dict[str, tpm.TpmPaths]:
+        """Every node in ``nodes`` has a swtpm, started on first use (tracked like every lab process, so
+        ``lab down`` ends it) and booted; returns node → paths. A TPM that ran and was stopped stays down
+        (an unreachable TPM is what attestation must see) unless ``restart``: then it starts and boots again."""
+        running = {p.label for n in self.status().nodes for p in n.processes if p.alive}
+        out: dict[str, tpm.TpmPaths] = {}
+        started: list[str] = []
+        for node in nodes:
+            p = self.tpm_paths(node)
+            out[node] = p
+            if f"{node}-swtpm" in running or (p.event_log.exists() and not restart):
+                continue
+            for d in (p.state, p.work):
+                d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            p.socket.unlink(missing_ok=True)  # a stale socket must not look like a started TPM
+            self._spawn(node, f"{node}-swtpm", "tpm", tpm.swtpm_argv(p))
+            started.append(node)
+        deadline = time.monotonic() + 30
+        for node in started:  # observed, not slept: the control socket is made after the data socket
+            while not out[node].ctrl.exists():
+                dead = [r for r in read_state(self.paths).processes
+                        if r.label == f"{node}-swtpm" and not procs.is_alive(r.pid)]
+                if dead or time.monotonic() > deadline:
+                    raise LabError(f"{node}'s swtpm did not start:\n{_log_tail(self._log(f'{node}-swtpm'))}")
+                time.sleep(0.02)
+            tpm.boot(out[node])  # a fresh swtpm starts with PCRs reset (startup-clear): a boot
+        return out
+
+    def reboot_tpm(self, node: str, *, replace: dict[str, Path] | None = None,
+                   extra: tuple[tpm.Measured, ...] = ()) -> None:
+        """Power-cycle ``node``'s TPM and boot it again, measuring ``replace``'s files in place of the
+        stack's (a changed binary) and ``extra`` events after it."""
+        tpm.boot(self.ensure_tpm([node], restart=True)[node], replace=replace, reset=True, extra=extra)
+
+    def stop_tpm(self, node: str) -> None:
+        """Stop ``node``'s swtpm (its TPM becomes unreachable; its state is kept for a restart)."""
+        state = read_state(self.paths)
+        pids = {p.pid for p in state.processes if p.label == f"{node}-swtpm"}
+        _, left = procs.stop(pids, self._marker)
+        if left:
+            raise LabError(f"{node}'s swtpm {sorted(left)} did not stop")
+        self._forget(pids)
+
+    def fabric_executor(self) -> NamespaceExecutor:
+        """An executor in the lab's fabric namespace, where its zones are bridged and routed."""
+        return NamespaceExecutor("fabric", self.topology.fabric_namespace)
 
     def stop_services(self) -> None:
         """Stop the servers."""
@@ -459,6 +511,8 @@ class Lab:
                 addresses=(n.address,), gateway=topo.zone(n.zone).gateway(), roles=n.roles, identity=n.identity,
                 present=topo.namespace(n.name) in present, services=services,
                 processes=tuple(ProcessStatus(p.label, p.pid, p.kind, alive[p.pid]) for p in mine),
+                tpm=TpmStatus(self.tpm_paths(n.name).tcti,
+                              any(alive[p.pid] for p in mine if p.label == f"{n.name}-swtpm")),
             ))
         return LabStatus(
             name=self.name, phase=state.phase, created=state.created, fabric_namespace=topo.fabric_namespace,

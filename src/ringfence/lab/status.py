@@ -33,6 +33,14 @@ class ProcessStatus:
 
 
 @dataclass(frozen=True)
+class TpmStatus:
+    """A node's software TPM: how tpm2-tools reach it (started lazily, by attestation)."""
+
+    tcti: str
+    running: bool
+
+
+@dataclass(frozen=True)
 class NodeStatus:
     """One node: its namespace, zone, interface, addresses, services and processes."""
 
@@ -47,6 +55,7 @@ class NodeStatus:
     present: bool  # its namespace exists
     services: tuple[ServiceStatus, ...]
     processes: tuple[ProcessStatus, ...]
+    tpm: TpmStatus | None = None
 
 
 @dataclass(frozen=True)
@@ -131,5 +140,6 @@ __all__ = [
     "NodeStatus",
     "ProcessStatus",
     "ServiceStatus",
+    "TpmStatus",
     "ZoneStatus",
 ]

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ringfence.policy.attestation import Attestation
+
 NAME = r"^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$"
 
 #: The ten control points (DESIGN.md step 5), in order. A policy names only these: an exception or
@@ -396,6 +398,7 @@ class Policy(_Strict):
     controls: dict[str, ControlOwner] = Field(default_factory=dict)
     facts: FactAges = FactAges()
     change_control: ChangeControl = ChangeControl()
+    attestation: Attestation | None = None  # the measured-stack allowlist (ringfence.policy.attestation)
 
     @field_validator("controls")
     @classmethod

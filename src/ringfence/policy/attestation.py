@@ -1,0 +1,89 @@
+"""The policy's measured-stack allowlist: what a node must prove, by a verified TPM quote, before it joins.
+
+An optional ``attestation:`` section of ``ringfence.yaml``::
+
+    attestation:
+      interval: 60s            # re-attest this often; an admission expires after it (the gate's set timeout)
+      pcrs: [7, 9, 10]          # the sha256 PCRs quoted, exactly; an event in any other PCR is a failure
+      secure_boot: required     # required | not-required (the event log's secure-boot event, PCR 7)
+      components:
+        - name: kernel
+          kind: host-kernel
+          pcr: 9
+          versions: ["6.1.0-18-amd64"]
+          digests: ["sha256:<hex>"]   # the vendor's signed checksums (SHA256SUMS), as digests of the measured bytes
+        - {name: nvidia-kmod, kind: nvidia-kernel-module, pcr: 10, digests: ["sha256:…"]}
+        - {name: libcuda, kind: nvidia-user-library, pcr: 10, digests: ["sha256:…"]}
+        - {name: mofed, kind: mofed, pcr: 10, versions: ["24.10-1.1.4.0"], digests: ["sha256:…"]}
+
+Every event of a node's log must match a listed component (name, kind, PCR, digest, version when
+listed); every ``required`` component must appear. Strict and frozen like the rest of the policy.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+_NAME = r"^[a-z0-9]([a-z0-9._+-]{0,62}[a-z0-9])?$"
+
+
+class ComponentKind(StrEnum):
+    """What a measured component is: the parts a joining node of an AI training fabric must prove."""
+
+    HOST_KERNEL = "host-kernel"
+    NVIDIA_KERNEL_MODULE = "nvidia-kernel-module"
+    NVIDIA_USER_LIBRARY = "nvidia-user-library"
+    MOFED = "mofed"  # Mellanox/NVIDIA OFED
+    RDMA_CORE = "rdma-core"
+    SECURE_BOOT = "secure-boot"  # the firmware's Secure Boot state (version: enabled | disabled)
+    BINARY = "binary"  # an executable: python, sshd, wireguard-go
+    PYTHON_PACKAGE = "python-package"  # torch, ringfence
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Component(_Strict):
+    """One measured part of the approved stack and the digests (and versions) it may have."""
+
+    name: Annotated[str, Field(pattern=_NAME)]
+    kind: ComponentKind
+    pcr: Annotated[int, Field(ge=0, le=23)]
+    digests: Annotated[tuple[Annotated[str, Field(pattern=_DIGEST)], ...], Field(min_length=1)]
+    versions: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] = ()  # empty: any version
+    required: bool = True
+
+
+class Attestation(_Strict):
+    """The ``attestation`` section: the PCRs quoted, the re-attestation interval and the allowlist."""
+
+    interval: Annotated[str, Field(pattern=r"^[1-9][0-9]{0,6}[smh]$")] = "60s"
+    pcr_bank: Literal["sha256"] = "sha256"
+    pcrs: Annotated[tuple[Annotated[int, Field(ge=0, le=23)], ...], Field(min_length=1)]
+    secure_boot: Literal["required", "not-required"] = "required"
+    components: Annotated[tuple[Component, ...], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Attestation:
+        if len(set(self.pcrs)) != len(self.pcrs) or list(self.pcrs) != sorted(self.pcrs):
+            raise ValueError("pcrs must be listed once each, in ascending order")
+        names = [c.name for c in self.components]
+        if len(set(names)) != len(names):
+            raise ValueError("each component name may appear only once")
+        outside = sorted({c.pcr for c in self.components} - set(self.pcrs))
+        if outside:
+            raise ValueError(f"components measured into PCR(s) {outside}, which pcrs does not quote")
+        return self
+
+    def interval_seconds(self) -> int:
+        """The interval in seconds (admissions expire after it)."""
+        unit = {"s": 1, "m": 60, "h": 3600}[self.interval[-1]]
+        return int(self.interval[:-1]) * unit
+
+
+__all__ = ["Attestation", "Component", "ComponentKind"]
