@@ -49,13 +49,14 @@ from ringfence.secure.layers.ipsec import (
 from ringfence.secure.layers.ipsec_sas import IkeSa, parse_sas
 from ringfence.secure.layers.runtime import NftTable, Runtime, StateStore
 from ringfence.targets import ops
-from ringfence.targets.interface import Site, TargetError
+from ringfence.targets.interface import RunResult, Site, TargetError
 
 LAYER = Layer.IPSEC.value
 _SWANCTL_DIRS = ("x509", "x509ca", "x509crl", "private", "x509ocsp", "x509aa", "x509ac", "pubkey", "rsa", "ecdsa",
                  "bliss", "pkcs8", "pkcs12")
-# sh stays the parent (no exec: ``; exit``) so its command line, which names our directory, identifies the group.
-_CHARON = 'PATH="$PATH:/usr/sbin"; charon-systemd; exit $?'
+# charon-systemd ignores its arguments: the directory it is given makes its own command line name ours, so the
+# recorded pid is the daemon itself and SIGTERM reaches it directly (not only through its process group).
+_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def conn_name(a: str, b: str) -> str:
@@ -96,9 +97,20 @@ class Node:
         """``swanctl ARGS`` through this node's vici socket (``STRONGSWAN_CONF``/``SWANCTL_DIR`` its own)."""
         d = self.directory
         return self.rt.run(self.node, ["env", f"STRONGSWAN_CONF={d}/strongswan.conf", f"SWANCTL_DIR={d}/swanctl",
-                                       "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "swanctl", *args,
+                                       f"PATH={_PATH}", "swanctl", *args,
                                        "--uri", f"unix://{d}/charon.vici"],
                            what=f"swanctl {args[0] if args else ''} on {self.node}", timeout=timeout)
+
+    def attempt(self, *args: str, timeout: float = 30.0) -> RunResult:
+        """``swanctl ARGS`` whose failure is an expected outcome (an initiation a drill wants refused)."""
+        d = self.directory
+        try:
+            return self.rt.executor(self.node).run(
+                ["swanctl", *args, "--uri", f"unix://{d}/charon.vici"], timeout=timeout,
+                env={"STRONGSWAN_CONF": f"{d}/strongswan.conf", "SWANCTL_DIR": f"{d}/swanctl", "LC_ALL": "C",
+                     "PATH": _PATH})
+        except TargetError as exc:
+            raise LayerError(f"swanctl on {self.node}: {exc.message}") from exc
 
     def sas(self) -> tuple[IkeSa, ...]:
         """The IKE SAs (with their CHILD SAs) of this node's charon."""
@@ -122,8 +134,8 @@ class Node:
 
     def start(self, timeout: float = 20.0) -> int:
         """Start charon-systemd and wait for its vici socket (observed, not slept on)."""
-        pid = self.rt.spawn(self.node, self.label, LAYER, ["sh", "-c", _CHARON, self.directory],
-                            env={"STRONGSWAN_CONF": f"{self.directory}/strongswan.conf"})
+        pid = self.rt.spawn(self.node, self.label, LAYER, ["charon-systemd", self.directory],
+                            env={"STRONGSWAN_CONF": f"{self.directory}/strongswan.conf", "PATH": _PATH})
         sock = f"{self.directory}/charon.vici"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -380,7 +392,7 @@ def rotate_ipsec(site: Site, *, lifetime: timedelta | None = None, evidence: Evi
     before = {n: h.sas() for n, h in handles.items()}
     for n, h in handles.items():
         h.put_credential(cred_dir(store, n), crl)
-        h.swanctl("--load-creds")
+        h.swanctl("--load-creds", "--clear")  # else the old certificate stays loaded beside the new
         h.swanctl("--load-conns")  # the connections hold the certificate they were loaded with
     old_ids = {t: {s.uniqueid for s in before[a] if s.name == t} for t, a in initiators(site).items()}
     for tunnel, node in initiators(site).items():
@@ -388,7 +400,14 @@ def rotate_ipsec(site: Site, *, lifetime: timedelta | None = None, evidence: Evi
     wait_established(site, nodes, timeout=timeout, exclude=old_ids)
     for tunnel, node in initiators(site).items():
         for uid in sorted(old_ids[tunnel]):
-            handles[node].swanctl("--terminate", "--ike-id", str(uid), timeout=timeout)
+            # the peer may have closed it already (a new IKE SA of the same identities replaces it): then it is gone
+            res = handles[node].attempt("--terminate", "--ike-id", str(uid), timeout=timeout)
+            if res.returncode != 0 and b"no matching SAs" not in res.stdout + res.stderr:
+                why = res.stderr.decode(errors="replace")
+                raise LayerError(f"cannot close the old IKE SA {uid} of {tunnel}: {why}")
+    left = {t: {s.uniqueid for s in handles[n].sas() if s.name == t} & old_ids[t] for t, n in initiators(site).items()}
+    if any(left.values()):
+        raise LayerError(f"old IKE SAs still up after the rotation: {left}")
     fps = {r.node: r.new_fingerprint for r in out}
     st = store.read()
     store.update(info={**st.info, "ipsec": {**info, "fingerprints": fps}})
