@@ -123,6 +123,7 @@ def test_capture_shows_esp_in_udp_and_zero_plaintext_collective(tunnelled: Tunne
     by = {c.traffic_class: c for c in verify.class_breakdown(flows, tunnelled.policy)}
     coll = by["collective"]
     print(f"\ncollective over IPsec: {coll.payload} protocols {coll.protocols}", file=sys.stderr)
+    assert coll.verdict is Verdict.PASS, coll.reason
     assert coll.payload["plaintext"] == 0 and coll.payload["encrypted"] > 0
     assert "esp" in coll.protocols
     workers = {lab.topology.address(w) for w in ("worker-0", "worker-1")}
