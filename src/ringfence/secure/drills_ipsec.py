@@ -17,10 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from ringfence.controls.interface import Verdict
 from ringfence.policy import Policy
 from ringfence.secure import pki
-from ringfence.secure.drills import Cluster, _max_gap, _plaintext_from, _Sampler, _wait_progress, capture_flows
+from ringfence.secure.drills import Cluster, capture_flows
 from ringfence.secure.layers import ipsec_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.ipsec_sas import IkeSa
@@ -30,6 +32,73 @@ from ringfence.targets.interface import RunResult
 
 _REFUSALS = ("certificate was revoked", "no trusted", "no issuer certificate", "AUTHENTICATION_FAILED",
              "constraint check failed", "authentication of")
+
+
+# The job-progress helpers below mirror drills.py's private ones (the import graph forbids reaching into another
+# module's private parts); moving both into one public helper module is a refactor for the integrator.
+class _Sampler:
+    """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
+
+    def __init__(self, cluster: Cluster, workers: tuple[str, ...]) -> None:
+        self.cluster, self.workers = cluster, workers
+        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            st = self.cluster.agent_status()
+            self.samples.append(
+                (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers}))
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def progress_times(self, worker: str, counter: str) -> list[float]:
+        """Sample times at which ``counter`` of ``worker`` had grown since the previous sample."""
+        out, last = [], None
+        for t, c in self.samples:
+            v = c.get(worker, {}).get(counter, 0)
+            if last is not None and v > last:
+                out.append(t)
+            last = v
+        return out
+
+    def value(self, worker: str, counter: str, index: int) -> int:
+        """``counter`` of ``worker`` in sample ``index``."""
+        return int(self.samples[index][1].get(worker, {}).get(counter, 0))
+
+
+def _max_gap(times: list[float], start: float, end: float) -> float:
+    points = [start, *[t for t in times if start < t < end], end]
+    return max(b - a for a, b in zip(points, points[1:], strict=False))
+
+
+def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:
+    """(plaintext payload bytes, flows) of class ``cls`` touching ``addresses``."""
+    rows = [r for r in flows.select(["src", "dst", "class", "protection", "payload_bytes"]).to_pylist()
+            if r["class"] == cls and (r["src"] in addresses or r["dst"] in addresses)]
+    return sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext"), len(rows)
+
+
+def _wait_progress(cluster: Cluster, worker: str, counter: str, timeout: float) -> bool:
+    """Whether ``counter`` of ``worker`` grows within ``timeout`` (polled)."""
+    def now() -> int:
+        return int(cluster.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
+
+    start = now()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if now() > start:
+            return True
+        time.sleep(0.2)
+    return False
 
 
 @dataclass(frozen=True)
