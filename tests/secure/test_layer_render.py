@@ -77,7 +77,9 @@ def test_macsec_render_keys_match_across_the_link() -> None:
 def test_ipsec_render_uses_workload_identities_and_traps() -> None:
     out = {r.node: r for r in ipsec.LAYER.render(((A, B),), RenderOptions(rekey="30m"))}
     conf = out["worker-0"].files[0].content
-    assert 'id = "spiffe://lab/node/worker-0"' in conf and 'id = "spiffe://lab/node/worker-1"' in conf
+    # the subject DN carries the SPIFFE URI: a bare URI would be parsed by strongSwan as an FQDN no cert holds
+    assert 'id = "CN=spiffe://lab/node/worker-0"' in conf and 'id = "CN=spiffe://lab/node/worker-1"' in conf
+    assert "revocation = strict" in conf
     assert "mode = transport" in conf and "start_action = trap" in conf and "rekey_time = 30m" in conf
     assert "esp_proposals = aes256gcm16-x25519" in conf
     with pytest.raises(LayerError, match="identities"):

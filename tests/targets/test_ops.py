@@ -74,3 +74,40 @@ def test_a_site_names_the_node_it_lacks(ex: LocalExecutor) -> None:
     assert site.address("n1") == "127.0.0.1" and site.executor("n1") is ex
     with pytest.raises(TargetError, match="no node 'n2'.*n1"):
         site.host("n2")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(proc.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+def test_stopping_a_daemon_ends_its_children_too(ex: LocalExecutor, tmp_path: Path) -> None:
+    # dash's kill takes no "--": the group signal must be spelt so that /bin/sh understands it, else only the
+    # wrapper dies and the real daemon under it lives on (it did, for charon and wireguard-go)
+    marker = f"{tmp_path}/"
+    pid = ops.start_daemon(ex, ["sh", "-c", "sleep 60; exit 0", marker], marker=marker,
+                           pidfile=str(tmp_path / "pids" / "c.pid"), log=str(tmp_path / "logs" / "c.log"))
+    deadline = time.monotonic() + 10
+    while not _children(pid):
+        assert time.monotonic() < deadline, "the daemon started no child"
+        time.sleep(0.05)
+    (child,) = _children(pid)
+    assert ops.stop_daemons(ex, [pid], marker=marker) == set()
+    deadline = time.monotonic() + 10
+    while _running(child):
+        assert time.monotonic() < deadline, "the daemon's child survived stop_daemons"
+        time.sleep(0.05)

@@ -52,6 +52,17 @@ def _enable(args: argparse.Namespace) -> int:
         wireguard_run.set_collective_class(site, classes)
         out = {"layer": "wireguard", "classes": classes, "nodes": list(wg.nodes), "interface": wg.interface,
                "public_keys": wg.public_keys, "strict": not args.no_strict}
+    elif layer.value == "ipsec":
+        from ringfence.secure.layers import ipsec_run
+        from ringfence.secure.pki import parse_duration
+
+        nodes = _list(args.nodes) or [m for j in policy.jobs for m in j.members]
+        life = parse_duration(policy.keys.cert_lifetime, where="policy keys.cert_lifetime")
+        ip = ipsec_run.enable_ipsec(site, nodes, cluster=policy.cluster, strict=not args.no_strict, lifetime=life,
+                                    evidence=evidence)
+        ipsec_run.set_collective_class(site, classes)
+        out = {"layer": "ipsec", "classes": classes, "nodes": list(ip.nodes), "tunnels": list(ip.tunnels),
+               "fingerprints": ip.fingerprints, "strict": not args.no_strict}
     else:
         raise InputError("--layer", f"{layer.value} cannot be run by ringfence (the lab's kernel lacks it "
                          f"or it is not ours to switch on); see `ringfence encrypt support --layer {layer.value}` "
@@ -69,6 +80,10 @@ def _disable(args: argparse.Namespace) -> int:
         tls_run.disable_tls(site)
     elif layer.value == "wireguard":
         wireguard_run.disable_wireguard(site)
+    elif layer.value == "ipsec":
+        from ringfence.secure.layers import ipsec_run
+
+        ipsec_run.disable_ipsec(site)
     else:
         raise InputError("--layer", f"{layer.value} is never enabled by ringfence")
     print(f"{layer.value} disabled on {site.kind} {site.name}", file=sys.stderr)
@@ -144,9 +159,9 @@ def register(sub: Any) -> None:
 
     s = esub.add_parser("enable", help="protect classes with a layer in the lab")
     s.add_argument("--class", dest="cls", required=True, help="traffic classes, comma-separated")
-    s.add_argument("--layer", required=True, help="tls | wireguard")
-    s.add_argument("--nodes", help="nodes of a tunnel (wireguard), comma-separated; default: the jobs' workers")
-    s.add_argument("--no-strict", action="store_true", help="wireguard: do not drop untunnelled traffic")
+    s.add_argument("--layer", required=True, help="tls | wireguard | ipsec")
+    s.add_argument("--nodes", help="nodes of a tunnel (wireguard, ipsec), comma-separated; default: the jobs' workers")
+    s.add_argument("--no-strict", action="store_true", help="wireguard, ipsec: do not drop untunnelled traffic")
     s.add_argument("--evidence", help="evidence store to record fingerprints/public keys and the action in")
     target(s)
     s.set_defaults(func=_enable)

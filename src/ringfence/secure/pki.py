@@ -393,13 +393,63 @@ def load_revocations(path: str | Path | None) -> frozenset[str]:
 
 
 def revoke(pki_dir: str | Path, cert_path: str | Path) -> str:
-    """Add the fingerprint of ``cert_path`` to the CA's revocation list; returns it."""
-    fp = fingerprint(load_certificate(cert_path))
+    """Add the fingerprint of ``cert_path`` to the CA's revocation list (and its serial to the CRL's); returns it."""
+    cert = load_certificate(cert_path)
+    fp = fingerprint(cert)
     path = Path(pki_dir) / "ca" / "revoked.txt"
     current = load_revocations(path)
     if fp not in current:
         write_atomic(path, "".join(f"{f}\n" for f in sorted(current | {fp})).encode())
+    # Consumers that check revocation by CRL (strongSwan's IKE) know serials, not our fingerprints.
+    serials = revoked_serials(pki_dir)
+    if cert.serial_number not in serials:
+        write_atomic(_serials_path(Path(pki_dir)), "".join(f"{s:x}\n" for s in sorted(serials | {cert.serial_number}))
+                     .encode())
     return fp
+
+
+def _serials_path(pki_dir: Path) -> Path:
+    return pki_dir / "ca" / "revoked-serials.txt"
+
+
+def revoked_serials(pki_dir: str | Path) -> frozenset[int]:
+    """Serial numbers of the certificates revoked with :func:`revoke` (hex, one a line; empty if none)."""
+    p = _serials_path(Path(pki_dir))
+    try:
+        lines = p.read_text().split()
+    except FileNotFoundError:
+        return frozenset()
+    except OSError as exc:
+        raise PkiError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    try:
+        return frozenset(int(w, 16) for w in lines)
+    except ValueError as exc:
+        raise InputError(str(p), f"not a list of hex serial numbers ({exc})") from exc
+
+
+def crl(pki_dir: str | Path, *, lifetime: timedelta = timedelta(days=1), now: datetime | None = None) -> bytes:
+    """A DER CRL signed by the cluster CA listing every serial :func:`revoke` recorded.
+
+    For consumers that only understand CRLs (strongSwan loads it with ``swanctl --load-creds``).
+    Certificates revoked before serials were recorded are in ``revoked.txt`` only and not listed here.
+    """
+    ca, key = load_ca(pki_dir)
+    t = now or datetime.now(UTC)
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca.subject)
+        .last_update(t - _BACKDATE)
+        .next_update(t + lifetime)
+        # strongSwan finds a CRL by its issuer's key identifier; RFC 5280 requires both extensions.
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(
+            ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value), critical=False)
+        .add_extension(x509.CRLNumber(int(t.timestamp() * 1000)), critical=False)
+    )
+    for serial in sorted(revoked_serials(pki_dir)):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(t - _BACKDATE).build()
+        )
+    return builder.sign(key, _sign_hash(key)).public_bytes(serialization.Encoding.DER)
 
 
 def verify_certificate(
@@ -465,6 +515,7 @@ __all__ = [
     "ca_cluster",
     "cert_identity",
     "cert_info",
+    "crl",
     "fingerprint",
     "init_ca",
     "issue",
@@ -476,6 +527,7 @@ __all__ = [
     "parse_duration",
     "parse_identity",
     "revoke",
+    "revoked_serials",
     "rotate",
     "show",
     "verify_certificate",

@@ -106,12 +106,14 @@ def stop_daemons(
     if not wanted:
         return set()
     tries = max(1, int(grace * 10))
+    # `kill -SIG -PGID`, never `kill -SIG -- -PGID`: dash (Debian's /bin/sh) rejects the `--`, and the fallback
+    # then signalled only the group leader, leaving the daemon under a wrapper shell running.
     script = _OURS + (
         'mine=""; for p in "$@"; do ours "$p" && mine="$mine $p"; done; '
-        'for p in $mine; do kill -TERM -- -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; '
+        'for p in $mine; do kill -TERM -"$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; done; '
         f'i=0; while [ $i -lt {tries} ]; do left=""; for p in $mine; do ours "$p" && left="$left $p"; done; '
         '[ -z "$left" ] && exit 0; sleep 0.1; i=$((i+1)); done; '
-        'for p in $left; do kill -KILL -- -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; sleep 0.2; '
+        'for p in $left; do kill -KILL -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; done; sleep 0.2; '
         'for p in $left; do ours "$p" && echo "$p"; done; exit 0'
     )
     res = _check(executor.run(["sh", "-c", script, "sh", *map(str, wanted)], env={"M": marker}, timeout=timeout),

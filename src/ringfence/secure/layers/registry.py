@@ -17,7 +17,7 @@ LAYERS: Mapping[Layer, EncryptionLayer] = {
 }
 
 #: Layers ringfence can switch on in the lab (``ringfence encrypt enable --target lab``).
-LAB_LAYERS: frozenset[Layer] = frozenset({Layer.TLS, Layer.WIREGUARD})
+LAB_LAYERS: frozenset[Layer] = frozenset({Layer.TLS, Layer.WIREGUARD, Layer.IPSEC})
 
 # ringfence's own encrypted collective transport (secure/transport) is described here by its scope only;
 # it is enabled by selecting the backend in the job, not by this family.
