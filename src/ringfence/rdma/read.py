@@ -20,6 +20,8 @@ from ringfence.rdma.interface import RdmaError, RdmaSummary
 def read_flows_and_rdma(path: Path, *, progress: ProgressFn | None = None) -> tuple[ReadResult, RdmaFacts | None]:
     """Flows of any flow input, with its RDMA facts when it is a capture (one pass); None for other inputs."""
     reader = PcapReader()
+    if str(path) == "-":  # stdin: the flow registry spools it; its RDMA facts are not gathered
+        return read_any(path, progress=progress), None
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
