@@ -96,6 +96,7 @@ class RdmaAccumulator:
         self._keys: list[dict[str, npt.NDArray[np.generic]]] = []
         self._samples: list[dict[str, npt.NDArray[np.generic]]] = []
         self._sampled: dict[bytes, int] = {}
+        self._full: set[bytes] = set()  # host pairs that have all their samples
         self.packets = 0
         self.truncated = 0
         self.truncated_at = -1
@@ -119,7 +120,7 @@ class RdmaAccumulator:
             "opcode": rows.opcode[ok], "pkey": rows.pkey[ok], "psn": rows.psn[ok], "seq": rows.row[ok] + seq0,
             "ts": ts[rows.row[ok]],
         }  # fmt: skip
-        rank = self._add_conns(p)
+        rank, wanting = self._add_conns(p)
         reth = rows.reth_ok[ok]
         if reth.any():
             sub = {k: v[reth] for k, v in p.items()}
@@ -127,15 +128,20 @@ class RdmaAccumulator:
             self._add_keys(sub)
         # Sample candidates: the first few payload-carrying packets of each connection in the batch, so that the
         # per-pair selection below works on a handful of rows, not on every packet of a bulk transfer.
-        with_pay = (rows.pay_cap[ok] >= MIN_SAMPLE) & (rank < CANDIDATES_PER_CONN)
+        with_pay = (rows.pay_cap[ok] >= MIN_SAMPLE) & (rank < CANDIDATES_PER_CONN) & wanting
         if with_pay.any():
             sub = {k: v[with_pay] for k, v in p.items()}
             sub["at"], sub["cap"] = rows.pay_at[ok][with_pay], rows.pay_cap[ok][with_pay]
             self._add_samples(buf, sub)
 
-    def _add_conns(self, p: dict[str, npt.NDArray[np.generic]]) -> I64:
-        """Group the batch's packets by connection; returns each packet's rank in its connection (file order)."""
-        g, first, n = _groups(_pair_keys(p, _CONN))
+    def _add_conns(self, p: dict[str, npt.NDArray[np.generic]]) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """Group the batch's packets by connection; returns each packet's rank in its connection (file order) and
+        whether its host pair still wants payload samples (once every pair has its samples, none is looked at)."""
+        keys = _pair_keys(p, _CONN)
+        g, first, n = _groups(keys)
+        heads = keys.view(np.dtype((np.void, _CONN.itemsize)))[first]
+        full = self._full
+        wants = np.array([h.tobytes()[: _PAIR.itemsize] not in full for h in heads], np.bool_)
         req = IS_REQUEST[np.asarray(p["opcode"], np.int64)]
         first_req = np.full(n, _MAX, np.int64)
         np.minimum.at(first_req, g[req], np.flatnonzero(req))
@@ -149,7 +155,7 @@ class RdmaAccumulator:
         part.update(packets=np.bincount(g, minlength=n), requests=np.bincount(g[req], minlength=n),
                     first_psn=psn, first_req_seq=req_seq, pkey=pkey)  # fmt: skip
         self._conns.append(part)
-        return _rank(g, n)
+        return _rank(g, n), wants[g]
 
     def _add_keys(self, p: dict[str, npt.NDArray[np.generic]]) -> None:
         g, first, n = _groups(_pair_keys(p, _RKEY))
@@ -175,6 +181,8 @@ class RdmaAccumulator:
         for i, c in zip(first.tolist(), np.bincount(g[take], minlength=n).tolist(), strict=True):
             k = raw[i].tobytes()
             self._sampled[k] = self._sampled.get(k, 0) + c
+            if self._sampled[k] >= SAMPLES_PER_PAIR:
+                self._full.add(k)
         length = np.minimum(np.asarray(p["cap"], np.int64)[take], SAMPLE_BYTES)
         heads = gather(buf, np.asarray(p["at"], np.int64)[take], SAMPLE_BYTES)
         h = entropy_rows(heads, length)
