@@ -145,6 +145,16 @@ def _native(buf: U8, lrh: I64, end: I64) -> tuple[I64, I64, I64, I64, I64, I64, 
     return bth, fam, src_hi, src_lo, dst_hi, dst_lo, pkt_end, ok  # type: ignore[return-value]
 
 
+def set_pkey(buf: U8, cols: Cols, end: I64) -> None:
+    """Only the P_Key of each RoCEv2 packet's BTH into ``cols.pkey`` (what a flows-only read needs)."""
+    roce = (cols.kind == KIND_FLOW) & (cols.dport == ROCE_PORT) & (cols.proto == 17)
+    if not roce.any():
+        return
+    r = np.flatnonzero(roce)
+    r = r[cols.pay_off[r] + BTH_LEN <= np.minimum(end[r], cols.ip_end[r])]
+    cols.pkey[r] = u16(gather(buf, cols.pay_off[r], 4), 2)
+
+
 def extract(buf: U8, cols: Cols, pos: I64, end: I64, lt: I64) -> RdmaRows | None:
     """The RDMA packets of a decoded batch (None when there are none); sets ``cols.pkey`` of RoCEv2 flow packets.
 
@@ -228,4 +238,5 @@ __all__ = [
     "ROCE_PORT",
     "RdmaRows",
     "extract",
+    "set_pkey",
 ]
