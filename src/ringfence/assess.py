@@ -10,6 +10,7 @@ passed in as :class:`~ringfence.controls.interface.Facts` fields by the verbs th
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from ringfence.facts.interface import read_bytes
 from ringfence.observe.flows.registry import read_any
 from ringfence.observe.schema import FLOW_SCHEMA, Protection
 from ringfence.policy import Policy, load_policy
+from ringfence.rdma import RdmaFinding, read_flows_and_rdma, summarise
 
 #: Reports written by default.
 DEFAULT_FORMATS = ("json", "html", "junit")
@@ -76,9 +78,11 @@ def _ingest(progress: Progress, path: Path) -> Callable[[int, int], None]:
 
 
 def read_inputs(
-    paths: Sequence[Path], store: EvidenceStore, progress: Progress = _quiet
+    paths: Sequence[Path], store: EvidenceStore, progress: Progress = _quiet, rdma: list[RdmaFinding] | None = None
 ) -> tuple[pa.Table, tuple[InputSummary, ...], tuple[str, ...], tuple[str, ...]]:
-    """Read every flow input; record one observation each. Returns (flows, inputs, evidence ids, warnings)."""
+    """Read every flow input; record one observation each. Returns (flows, inputs, evidence ids, warnings).
+
+    ``rdma``, when given, collects the RDMA key-hygiene findings of the captures (gathered in the same pass)."""
     tables: list[pa.Table] = []
     inputs: list[InputSummary] = []
     ids: list[str] = []
@@ -86,7 +90,13 @@ def read_inputs(
     for path in paths:
         progress(f"reading {path}")
         digest = sha256_file(path)
-        result = read_any(path, progress=_ingest(progress, path))
+        if rdma is None:
+            result, rdma_facts = read_any(path, progress=_ingest(progress, path)), None
+        else:
+            result, rdma_facts = read_flows_and_rdma(path, progress=_ingest(progress, path))
+        found = summarise(rdma_facts, f"pcap:{path.name}").findings if rdma_facts is not None else ()
+        if rdma is not None:
+            rdma.extend(found)
         kind = (result.flows.column("source")[0].as_py() or "").split(":", 1)[0] if result.flows.num_rows else ""
         warnings.extend(f"{path}: {w}" for w in result.warnings)
         ev = store.append(
@@ -98,6 +108,7 @@ def read_inputs(
                 "records": result.records,
                 "warnings": list(result.warnings[:50]),
                 "bytes": int(pa.compute.sum(result.flows.column("bytes")).as_py() or 0) if result.flows.num_rows else 0,
+                **({"rdma_findings": [f.model_dump(mode="json") for f in found]} if found else {}),
             },
             inputs={path.name: digest},
         )
@@ -292,9 +303,12 @@ def assess(
     store.append(RecordKind.NOTE, source="assess", subject=str(policy_path),
                  data={"step": "start", "cluster": policy.cluster}, inputs={policy_path.name: policy_sha})
     values, taken, fact_inputs, fact_records = read_facts(fact_files, store, progress)
-    flows, input_summaries, flow_ids, warnings = read_inputs(inputs, store, progress)
+    rdma: list[RdmaFinding] = []
+    flows, input_summaries, flow_ids, warnings = read_inputs(inputs, store, progress, rdma)
     flows_id = _flows_artifact(store, flows)
     base = dataclasses.replace(facts or Facts(), **values)  # type: ignore[arg-type]
+    if rdma:  # RDMA key-hygiene findings of the captures: judged by training_traffic
+        base = dataclasses.replace(base, rdma=(*(base.rdma or ()), *rdma))
     gathered = dataclasses.replace(
         base,
         now=when,
@@ -312,7 +326,7 @@ def assess(
         "flow_evidence": list(gathered.flow_evidence), "flow_sources": list(gathered.flow_sources),
         "inputs": [dataclasses.asdict(i) for i in all_inputs], "warnings": list(warnings),
         "facts": [{"kind": r.kind, "paths": list(r.paths), "artifacts": list(r.artifacts)} for r in fact_records],
-        "chain_head": str(head),
+        "chain_head": str(head), "rdma": [f.model_dump(mode="json") for f in rdma],
     }, inputs={policy_path.name: policy_sha})
     assessment = _assessment(policy, policy_path, policy_sha, now or datetime.now(UTC), results, all_inputs,
                              classified, str(store_dir), head, warnings, performance(policy, gathered, fact_records),
@@ -409,6 +423,9 @@ def assess_from_store(
     recorded_at = datetime.fromisoformat(data["now"])
     facts = dataclasses.replace(Facts(now=recorded_at), **values, flow_evidence=tuple(data["flow_evidence"]),  # type: ignore[arg-type]
                                 flow_sources=tuple(data["flow_sources"]), taken=taken)
+    rdma = tuple(RdmaFinding.model_validate_json(json.dumps(d)) for d in data.get("rdma", []))
+    if rdma:
+        facts = dataclasses.replace(facts, rdma=rdma)
     results, classified = _judge(policy, facts, flows, progress)
     records = [FactsRecord(e["kind"], tuple(e["paths"]), tuple(e["artifacts"]), "", ()) for e in data["facts"]]
     head = ChainHead.parse(data["chain_head"])

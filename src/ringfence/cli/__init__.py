@@ -38,6 +38,7 @@ VERBS: dict[str, str] = {
     "change": "ringfence.cli.change_cmd",
     "drift": "ringfence.cli.drift_cmd",
     "attest": "ringfence.cli.attest_cmd",
+    "rdma": "ringfence.cli.rdma_cmd",
 }
 
 

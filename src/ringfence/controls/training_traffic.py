@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
+from ringfence.controls._fabric import partition_findings, rdma_findings
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
@@ -44,5 +45,7 @@ def _message(row: Mapping[str, Any]) -> str:
 
 
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
-    """Cross-job and outsider traffic on collective ports fails; approved collectives pass."""
-    return judge_paths(meta, policy, facts, "job collective ports", _message)
+    """Cross-job and outsider traffic on collective ports fails; approved collectives pass; a job's collective
+    flows outside its declared partition, and RDMA key-hygiene findings of the captures, fail."""
+    found = judge_paths(meta, policy, facts, "job collective ports", _message)
+    return found + partition_findings(meta, policy, facts) + rdma_findings(meta, facts)

@@ -13,6 +13,7 @@ it must never invent a value (an unknown protection is ``"unknown"`` with a reas
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
@@ -50,6 +51,7 @@ OBSERVED_FIELDS: Final[list[pa.Field]] = [
     pa.field("reason", pa.string()),  # the verdict in words
     pa.field("outer", pa.string()),  # outer encapsulation, e.g. "vxlan 10.0.0.1→10.0.0.2 vni 42"
     pa.field("vlan", pa.int32()),  # innermost 802.1Q id, if any
+    pa.field("pkey", pa.int32()),  # InfiniBand partition key (RoCEv2 BTH P_Key), the highest seen; null if none
     pa.field("src_identity", pa.string()),  # workload identity where the source knows it (Hubble…)
     pa.field("dst_identity", pa.string()),
     pa.field("verdict", pa.string()),  # the data plane's own verdict (Hubble FORWARDED/DROPPED…)
@@ -71,6 +73,74 @@ CLASSIFIED_FIELDS: Final[list[pa.Field]] = [
 
 FLOW_SCHEMA: Final = pa.schema(OBSERVED_FIELDS)
 CLASSIFIED_SCHEMA: Final = pa.schema(OBSERVED_FIELDS + CLASSIFIED_FIELDS)
+
+
+#: RDMA connections seen in a capture: one row per (sender, receiver, destination QP), from every BTH.
+RDMA_CONN_SCHEMA: Final = pa.schema(
+    [
+        pa.field("src", pa.string(), nullable=False),  # sender: IP (RoCEv2), GID (GRH) or "LID n"
+        pa.field("dst", pa.string(), nullable=False),  # receiver, owner of dest_qp
+        pa.field("sport", pa.int32()),  # UDP ports of RoCEv2 (null on native InfiniBand)
+        pa.field("dport", pa.int32()),
+        pa.field("transport", pa.string(), nullable=False),  # "rocev2" | "infiniband"
+        pa.field("dest_qp", pa.int64(), nullable=False),
+        pa.field("pkey", pa.int32(), nullable=False),  # the highest P_Key seen
+        pa.field("packets", pa.int64(), nullable=False),
+        pa.field("requests", pa.int64(), nullable=False),  # packets that carry the sender's own PSN
+        pa.field("first_psn", pa.int64()),  # PSN of the first request seen (null: none seen)
+        pa.field("first_opcode", pa.int32(), nullable=False),
+        pa.field("first_seen", TS, nullable=False),
+        pa.field("first_packet", pa.int64(), nullable=False),  # index in the capture (file order)
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+
+#: Remote keys seen in RETH (and AtomicETH) headers: one row per (sender, receiver, destination QP, rkey).
+RDMA_KEY_SCHEMA: Final = pa.schema(
+    [
+        pa.field("src", pa.string(), nullable=False),
+        pa.field("dst", pa.string(), nullable=False),  # the host whose memory the key opens
+        pa.field("dest_qp", pa.int64(), nullable=False),
+        pa.field("rkey", pa.int64(), nullable=False),
+        pa.field("va_first", pa.uint64(), nullable=False),  # virtual address of the first access
+        pa.field("va_min", pa.uint64(), nullable=False),
+        pa.field("va_end", pa.uint64(), nullable=False),  # highest va + DMA length
+        pa.field("dma_len", pa.int64(), nullable=False),  # of the first access
+        pa.field("packets", pa.int64(), nullable=False),
+        pa.field("first_seen", TS, nullable=False),
+        pa.field("first_packet", pa.int64(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+
+#: What sampled RDMA payload heads look like, per (sender, receiver).
+RDMA_PAYLOAD_SCHEMA: Final = pa.schema(
+    [
+        pa.field("src", pa.string(), nullable=False),
+        pa.field("dst", pa.string(), nullable=False),
+        pa.field("samples", pa.int64(), nullable=False),  # heads of at least 16 captured payload bytes
+        pa.field("low_entropy", pa.int64(), nullable=False),  # of which below the plaintext entropy bound
+        pa.field("mean_entropy", pa.float64(), nullable=False),  # bits per byte over the samples
+        pa.field("source", pa.string(), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class RdmaFacts:
+    """The RDMA transport facts of one capture, gathered in the flow reader's pass."""
+
+    conns: pa.Table  # RDMA_CONN_SCHEMA
+    keys: pa.Table  # RDMA_KEY_SCHEMA
+    payload: pa.Table  # RDMA_PAYLOAD_SCHEMA
+    packets: int  # RDMA packets seen (whole BTH or not)
+    truncated: int  # packets whose BTH, or the RETH their opcode announces, the capture cut short
+    truncated_at: int  # file offset of the first of them (-1: none)
+
+    @property
+    def seen(self) -> bool:
+        """Whether any RDMA packet with a whole BTH was seen."""
+        return bool(self.conns.num_rows > 0)
 
 
 def empty_flows() -> pa.Table:
@@ -95,11 +165,15 @@ def conform(table: pa.Table) -> pa.Table:
 
 
 __all__ = [
+    "RDMA_CONN_SCHEMA",
+    "RDMA_KEY_SCHEMA",
+    "RDMA_PAYLOAD_SCHEMA",
     "CLASSIFIED_FIELDS",
     "CLASSIFIED_SCHEMA",
     "FLOW_SCHEMA",
     "OBSERVED_FIELDS",
     "Protection",
+    "RdmaFacts",
     "conform",
     "empty_flows",
 ]

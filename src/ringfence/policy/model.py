@@ -149,14 +149,31 @@ class Node(_Strict):
         return tuple(canonical_address(a) for a in v)  # ValueError names the bad address
 
 
+class Partition(_Strict):
+    """The fabric partition a job's collective traffic must stay in: an InfiniBand/RoCE P_Key, an Ethernet VLAN
+    (and the VRF the switch configuration puts it in). At least one of ``pkey`` and ``vlan``."""
+
+    pkey: Annotated[int, Field(ge=0x0001, le=0x7FFE)] | None = None  # base value; 0x7FFF is the default partition
+    vlan: Annotated[int, Field(ge=1, le=4094)] | None = None
+    vrf: Annotated[str, Field(pattern=NAME)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Partition:
+        if self.pkey is None and self.vlan is None:
+            raise ValueError("a partition names a pkey, a vlan, or both")
+        return self
+
+
 class Job(_Strict):
-    """A training job: its identity, its member nodes, the port range its collective uses."""
+    """A training job: its identity, its member nodes, the port range its collective uses, and optionally the
+    fabric partition its collective traffic must stay in (``training_traffic`` judges flows against it)."""
 
     name: Annotated[str, Field(pattern=NAME)]
     identity: str
     members: Annotated[tuple[str, ...], Field(min_length=1)]
     collective_ports: PortSpec = "1024-65535"
     backend: str = "gloo"
+    partition: Partition | None = None
 
     @field_validator("collective_ports")
     @classmethod
@@ -444,6 +461,7 @@ __all__ = [
     "Endpoint",
     "ExceptionEntry",
     "Job",
+    "Partition",
     "Keys",
     "Layer",
     "Node",

@@ -22,7 +22,9 @@ from ringfence.observe.flows._pcap_layout import (
     KIND_FLOW,
     KIND_SKIP,
     LT_C_HDLC,
+    LT_ERF,
     LT_ETHERNET,
+    LT_INFINIBAND,
     LT_IPOIB,
     LT_IPV4,
     LT_IPV6,
@@ -242,6 +244,12 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
                 nib = w[:, 0] >> 4
                 et = np.where(nib == 4, ETHERTYPE_IPV4, np.where(nib == 6, ETHERTYPE_IPV6, 0))
             hdr = 0
+        elif linktype in (LT_INFINIBAND, LT_ERF):
+            # Not IP: no flow (and not undecodable); their BTH/RETH are gathered by ._pcap_rdma. ERF records of
+            # any other type than InfiniBand (21) are not decoded at all, and say so.
+            et, hdr = np.zeros(p.shape[0], np.int64), 0
+            if linktype == LT_ERF:
+                bad[sel] = np.where((w[:, 8] & 0x7F) == 21, 0, 5)
         else:
             bad[sel] = 5
             continue

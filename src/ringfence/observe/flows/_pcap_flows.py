@@ -69,6 +69,7 @@ _STATE: Final[dict[str, tuple[type[np.generic], int]]] = {
     "first_oswap": (np.int64, 0),  # whether the first packet's outer header went B → A
     "first_label": (np.int64, -1),  # top MPLS label of the first packet
     "sampled": (np.int64, 0),
+    "pkey": (np.int64, -1),  # highest RoCEv2 BTH P_Key seen (-1: none)
 }
 
 
@@ -207,6 +208,11 @@ class FlowAccumulator:
         np.maximum.at(hi, g, ts)
         np.minimum.at(st["first_ts"], gids, lo)
         np.maximum.at(st["last_ts"], gids, hi)
+        pkey = c.pkey[rows]
+        if (pkey >= 0).any():  # RoCEv2 only: every other batch skips this
+            top = np.full(n_groups, -1, np.int64)
+            np.maximum.at(top, g, pkey)
+            np.maximum.at(st["pkey"], gids, top)
         syn = np.flatnonzero(c.syn[rows])
         if syn.shape[0]:
             code = np.full(n_groups, _MAX, np.int64)
@@ -287,6 +293,7 @@ class FlowAccumulator:
             "reason": pa.array(reason, pa.string()),
             "outer": pa.array(_outer_texts(key, st, init_a), pa.string()),
             "vlan": pa.array(vlan, pa.int32(), mask=vlan < 0),
+            "pkey": pa.array(st["pkey"], pa.int32(), mask=st["pkey"] < 0),
             "source": pa.array([source] * n, pa.string()),
         }
         cols = [columns.get(f.name, pa.nulls(n, f.type)) for f in FLOW_SCHEMA]

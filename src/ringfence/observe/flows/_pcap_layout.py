@@ -32,6 +32,8 @@ LT_IPV6: Final = 229
 LT_PPP_WITH_DIR: Final = 204
 LT_IPOIB: Final = 242
 LT_SLL2: Final = 276
+LT_ERF: Final = 197  # Endace ERF: InfiniBand records are read by the RDMA gatherer, they make no IP flow
+LT_INFINIBAND: Final = 247  # native InfiniBand (LRH first): likewise
 LT_MPLS: Final = -1  # starts with an MPLS label stack (MPLS over UDP or GRE)
 LT_NSH: Final = -3  # starts with a Network Service Header (GRE or VXLAN-GPE payload)
 LT_NONE: Final = -2  # not a payload we decode
@@ -138,6 +140,7 @@ class Cols:
         self.frag_len = np.zeros(n, np.int64)  # bytes of datagram data the fragment carries
         self.frag_more = np.zeros(n, np.bool_)  # more fragments follow
         self.vlan = np.full(n, -1, np.int64)
+        self.pkey = np.full(n, -1, np.int64)  # InfiniBand P_Key of a RoCEv2 packet's BTH (-1: none)
         self.okind = np.zeros(n, np.uint8)
         self.ovni = np.full(n, -1, np.int64)
         self.olabel = np.full(n, -1, np.int64)

@@ -36,6 +36,9 @@ import pyarrow as pa
 from ringfence.observe.flows._pcap_decode import BAD_REASONS, KIND_BAD, KIND_FLOW, KIND_SKIP, Cols, decode
 from ringfence.observe.flows._pcap_flows import FlowAccumulator
 from ringfence.observe.flows._pcap_frags import FragmentJoiner
+from ringfence.observe.flows._pcap_rdma import extract as extract_rdma
+from ringfence.observe.flows._pcap_rdma import set_pkey
+from ringfence.observe.flows._pcap_rdma_acc import RdmaAccumulator
 from ringfence.observe.flows._pcap_walk import (
     MAX_BLOCK,
     PCAP_MAGIC_NS,
@@ -50,6 +53,7 @@ from ringfence.observe.flows._pcap_walk import (
 )
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn, ReadResult
 from ringfence.observe.samples import FlowKeys, PayloadSamples
+from ringfence.observe.schema import RdmaFacts
 
 #: Bytes read per chunk.
 CHUNK_BYTES: Final = 32 << 20
@@ -146,12 +150,20 @@ class PcapReader:
         table, _, _, run = self._read(path, progress)
         return ReadResult(flows=table, warnings=run.all_warnings(), records=run.records)
 
-    def _read(self, path: Path, progress: ProgressFn | None) -> tuple[pa.Table, FlowKeys, PayloadSamples, _Read]:
-        """The flows with the classifier's inputs (tests look at those too)."""
+    def read_rdma(self, path: Path, *, progress: ProgressFn | None = None) -> tuple[ReadResult, RdmaFacts]:
+        """:meth:`read`, with the RDMA transport facts (BTH, RETH) gathered in the same pass."""
+        table, _, _, run = self._read(path, progress, rdma=True)
+        assert run.rdma is not None
+        result = ReadResult(flows=table, warnings=run.all_warnings(), records=run.records)
+        return result, run.rdma.facts(f"pcap:{path.name}")
+
+    def _read(self, path: Path, progress: ProgressFn | None, *, rdma: bool = False,
+              ) -> tuple[pa.Table, FlowKeys, PayloadSamples, _Read]:  # fmt: skip
+        """The flows with the classifier's inputs (tests look at those too); ``rdma``: gather RDMA facts too."""
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                run = _Read(self, path, f, size, progress)
+                run = _Read(self, path, f, size, progress, rdma)
                 run.run()
         except OSError as exc:
             raise FlowSourceError(str(path), f"cannot read capture: {exc.strerror or exc}") from exc
@@ -162,7 +174,8 @@ class PcapReader:
 class _Read:
     """One read of one file: buffer, walkers and accumulators."""
 
-    def __init__(self, reader: PcapReader, path: Path, f: BinaryIO, size: int, progress: ProgressFn | None) -> None:
+    def __init__(self, reader: PcapReader, path: Path, f: BinaryIO, size: int, progress: ProgressFn | None,
+                 rdma: bool = False) -> None:  # fmt: skip
         self.path = path
         self.f = f
         self.size = size
@@ -172,6 +185,8 @@ class _Read:
         self.flows = FlowAccumulator()
         self.frags = FragmentJoiner()
         self.tally = _Tally()
+        # RDMA facts only when asked for (read_rdma): a flows-only read takes just the P_Key of RoCEv2 packets.
+        self.rdma = RdmaAccumulator() if rdma else None
         self.warnings: list[str] = []
         self.records = 0
         self.interfaces: list[Interface] = []
@@ -190,7 +205,7 @@ class _Read:
         else:
             raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
         self.finish()
-        if self.records and not self.flows.n_flows and self.tally.bad:
+        if self.records and not self.flows.n_flows and self.tally.bad and not (self.rdma and self.rdma.packets):
             # Nothing usable, and not because the capture holds only ARP or LLDP: an empty result here would
             # look like a clean one to whoever reads it, so it is an input error (exit 2) with the reasons.
             reasons = "; ".join(f"{c} × {BAD_REASONS[k]}" for k, c in sorted(self.tally.bad.items()))
@@ -202,7 +217,14 @@ class _Read:
     def all_warnings(self) -> tuple[str, ...]:
         """Framing warnings, then the tallies of packets that made no flow."""
         name = self.path.name
-        return (*self.warnings, *self.tally.warnings(name), *self.frags.warnings(name))
+        rdma = self.rdma
+        cut = (
+            [f"{name}: {rdma.truncated} RDMA packet(s) with their BTH or RETH cut short by the capture were not read "
+             f"(first at byte {rdma.truncated_at})"]
+            if rdma is not None and rdma.truncated
+            else []
+        )  # fmt: skip
+        return (*self.warnings, *self.tally.warnings(name), *self.frags.warnings(name), *cut)
 
     # -- chunked reading ---------------------------------------------------------------------------------
 
@@ -382,10 +404,18 @@ class _Read:
             data = frames.data[s:e]
             end = data + frames.caplen[s:e]
             wire_end = data + np.maximum(frames.wirelen[s:e], frames.caplen[s:e])
-            cols = decode(buf, data, end, wire_end, linktypes[frames.iface[s:e]])
+            lt = linktypes[frames.iface[s:e]]
+            cols = decode(buf, data, end, wire_end, lt)
             offsets = pos[s:e] + base
             ts = frames.ts_ns[s:e]
             seq = np.arange(e - s, dtype=np.int64) + self.records
+            # Before the flows take the batch: this sets the RoCEv2 packets' P_Key.
+            if self.rdma is None:
+                set_pkey(buf, cols, end)
+            else:
+                rdma = extract_rdma(buf, cols, data, end, lt)
+                if rdma is not None:
+                    self.rdma.add(buf, rdma, ts, self.records, offsets)
             released = self.frags.join(cols, ts, seq, offsets)
             self.tally.add(cols, offsets)
             self.flows.add(buf, cols, ts, self.records)
