@@ -30,17 +30,15 @@ from ringfence.observe.flows._common import (
     warn_if_empty,
 )
 from ringfence.observe.flows._jsonl import iter_json_records
+from ringfence.observe.flows.events.conventions import (
+    ACTION_VERDICTS,
+    DEFAULT_DEVICE,
+    GROUPS,
+    LABEL_VERDICTS,
+    UNNAMED,
+)
+from ringfence.observe.flows.events.interface import DECISION_SCHEMA, EventResult
 from ringfence.observe.schema import TS
-from ringfence.observe.telemetry.interface import DECISION_SCHEMA, EventResult
-
-#: NFLOG group per verdict, and the ``numeric_label`` each group's ulogd stack sets.
-GROUPS: Final = {"accept": 11, "drop": 12, "audit": 13}
-LABEL_VERDICTS: Final = {1: "accept", 0: "drop", 2: "audit"}
-ACTION_VERDICTS: Final = {"allowed": "accept", "blocked": "drop"}
-#: ``<log_prefix>-drop|audit|contain SCOPE/CHAIN``: ringfence's own unnamed decisions.
-UNNAMED: Final = r"^[A-Za-z0-9_]{1,16}-(drop|audit|contain) \S{1,80}/\S{1,40}\s*$"
-#: ulogd's default ``dvc`` when no ``device`` is configured: names no node.
-DEFAULT_DEVICE: Final = "Netfilter"
 
 SCHEMA: Final = pa.schema([
     pa.field("oob.time.sec", pa.int64()),

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ringfence.observe.flows.events.conntrack import ConntrackReader
+from ringfence.observe.flows.events.interface import CONN_SCHEMA
 from ringfence.observe.flows.interface import FlowSourceError
-from ringfence.observe.telemetry.conntrack import ConntrackReader
-from ringfence.observe.telemetry.interface import CONN_SCHEMA
 
 # Lines as conntrack 1.4.7 printed them here for `-E -o timestamp,id -e NEW,DESTROY`.
 NEW = ("[1796125964.671445]\t    [NEW] tcp      6 120 SYN_SENT src=10.99.0.1 dst=10.99.0.2 sport=36672 dport=8080 "

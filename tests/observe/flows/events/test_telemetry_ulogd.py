@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ringfence.observe.flows.events.interface import DECISION_SCHEMA
+from ringfence.observe.flows.events.ulogd import UlogdReader
 from ringfence.observe.flows.interface import FlowSourceError
-from ringfence.observe.telemetry.interface import DECISION_SCHEMA
-from ringfence.observe.telemetry.ulogd import UlogdReader
 
-SAMPLES = Path(__file__).resolve().parents[3].parent / "shared" / "samples" / "ulogd"
+SAMPLES = Path(__file__).resolve().parents[4].parent / "shared" / "samples" / "ulogd"
 
 
 def _rec(**over: Any) -> dict[str, Any]:

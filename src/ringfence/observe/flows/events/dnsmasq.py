@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ringfence.observe.flows._common import WarningLog, canonical_ips, describe_lines, iso_to_ts, os_error, read_head
-from ringfence.observe.telemetry._lines import iter_matches
-from ringfence.observe.telemetry.interface import DNS_SCHEMA, EventResult
+from ringfence.observe.flows.events._lines import iter_matches
+from ringfence.observe.flows.events.interface import DNS_SCHEMA, EventResult
 
 MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _HEAD = (r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>[0-9]{1,2}) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2}) "

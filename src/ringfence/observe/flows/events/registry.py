@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from ringfence.observe.telemetry.conntrack import ConntrackReader
-from ringfence.observe.telemetry.dnsmasq import DnsmasqReader
-from ringfence.observe.telemetry.interface import EventReader, TelemetryError
-from ringfence.observe.telemetry.ulogd import UlogdReader
+from ringfence.observe.flows.events.conntrack import ConntrackReader
+from ringfence.observe.flows.events.dnsmasq import DnsmasqReader
+from ringfence.observe.flows.events.interface import EventReader, TelemetryError
+from ringfence.observe.flows.events.ulogd import UlogdReader
 
 #: name → factory of its reader; the names are also the file stems the collectors write (``ulogd.json``…).
 READERS: Final[dict[str, Callable[[], EventReader]]] = {

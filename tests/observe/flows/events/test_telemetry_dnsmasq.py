@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ringfence.observe.flows.events.dnsmasq import DnsmasqReader
+from ringfence.observe.flows.events.interface import DNS_SCHEMA
 from ringfence.observe.flows.interface import FlowSourceError
-from ringfence.observe.telemetry.dnsmasq import DnsmasqReader
-from ringfence.observe.telemetry.interface import DNS_SCHEMA
 
 # As dnsmasq 2.90 wrote them here with --log-queries=extra --log-facility=FILE.
 LOG = """Dec  1 11:52:53 dnsmasq[24401]: started, version 2.90 cache disabled

@@ -27,8 +27,8 @@ from ringfence.observe.flows._common import (
     parse_uint,
     read_head,
 )
-from ringfence.observe.telemetry._lines import iter_matches
-from ringfence.observe.telemetry.interface import CONN_SCHEMA, EventResult
+from ringfence.observe.flows.events._lines import iter_matches
+from ringfence.observe.flows.events.interface import CONN_SCHEMA, EventResult
 
 _ADDR = r"[0-9A-Fa-f.:]{2,45}"
 PATTERN: Final = (
