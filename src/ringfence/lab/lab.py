@@ -304,7 +304,6 @@ class Lab:
         """Start the clients: all-reduce ranks, job submissions, admin ssh, telemetry and lateral attempts."""
         self._stop_kind({"traffic"})
         topo = self.topology
-        storage = f"{topo.address('storage')}:8080"
         mgmt = f"{topo.address('mgmt')}:8000"
         # the workers name storage and mgmt: each resolves them once through the lab's dnsmasq
         named = {n: telemetry.dns_name(topo, n) for n in ("storage", "mgmt")}
@@ -325,7 +324,8 @@ class Lab:
                     ["--target", topo.address("mgmt"), "--user", sshd.LOGIN_USER, "--key", str(ssh_dir.admin_key),
                      "--known-hosts", str(ssh_dir.known_hosts)])
         self._agent("aux", "aux", "traffic",
-                    ["--mgmt", mgmt, "--storage", storage, "--ssh", f"{topo.address('mgmt')}:22"])
+                    ["--mgmt", mgmt, "--storage", f"{named['storage']}:8080", "--ssh", f"{topo.address('mgmt')}:22",
+                     *fallback[:2]])
         if wait:
             self.wait_for_traffic(timeout)
 
