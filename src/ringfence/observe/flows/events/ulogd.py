@@ -27,7 +27,6 @@ from ringfence.observe.flows._common import (
     describe_lines,
     iso_to_ts,
     read_head,
-    warn_if_empty,
 )
 from ringfence.observe.flows._jsonl import iter_json_records
 from ringfence.observe.flows.events.conventions import (
@@ -72,7 +71,6 @@ class UlogdReader:
             records += consumed
             if table.num_rows:
                 parts.append(_decisions(table, lines, path, node, warnings))
-        warn_if_empty(path, records, warnings)
         events = pa.concat_tables(parts) if parts else DECISION_SCHEMA.empty_table()
         return EventResult(events, warnings.freeze(), records)
 
