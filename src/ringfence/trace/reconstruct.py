@@ -115,11 +115,17 @@ def load(files: Iterable[tuple[str, str, Path]], hubble: Sequence[Path] = ()) ->
         decisions.append(_hubble_decisions(flows.flows))
     empty = _with_identity(DECISION_SCHEMA.empty_table())
     return Telemetry(
-        pa.concat_tables(decisions, promote_options="none") if decisions else empty,
-        pa.concat_tables(parts["conntrack"]) if parts["conntrack"] else CONN_SCHEMA.empty_table(),
-        pa.concat_tables(parts["dnsmasq"]) if parts["dnsmasq"] else DNS_SCHEMA.empty_table(),
+        _micros(pa.concat_tables(decisions, promote_options="none") if decisions else empty),
+        _micros(pa.concat_tables(parts["conntrack"]) if parts["conntrack"] else CONN_SCHEMA.empty_table()),
+        _micros(pa.concat_tables(parts["dnsmasq"]) if parts["dnsmasq"] else DNS_SCHEMA.empty_table()),
         tuple(warnings),
     )
+
+
+def _micros(table: pa.Table) -> pa.Table:
+    """Times to microseconds (Python's datetime resolution; no log here is finer than that to matter)."""
+    i = table.schema.get_field_index("time")
+    return table.set_column(i, "time", pc.cast(table.column("time"), pa.timestamp("us", tz="UTC"), safe=False))
 
 
 def _hubble_decisions(flows: pa.Table) -> pa.Table:
@@ -159,7 +165,7 @@ def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[
             mask = pc.and_(mask, pc.fill_null(c, False))
     cand = d.filter(mask)
     if cand.num_rows == 0:
-        what = "an accepted" if sample == "allowed" else "a dropped"
+        what = "accepted" if sample == "allowed" else "dropped"
         raise NoSample(f"no {what} flow{' matching --flow' if spec else ''} in the firewall decision logs",
                        hint="apply a policy (ringfence apply POLICY --target lab) and let traffic flow; the "
                             "decisions are ulogd's NFLOG records on every enforcement point")
