@@ -97,6 +97,7 @@ class Trace(_Frozen):
     """One reconstructed flow: what ``ringfence trace`` writes."""
 
     sample: Sample
+    generated: str  # when the trace was reconstructed (ISO 8601, UTC): the age of this fact
     flow: TracedFlow
     decision: Decision
     decisions: tuple[PointDecision, ...]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +292,7 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
     timeline.sort(key=lambda e: e.time)
     last = max([when, *(r["time"] for r in rows), *(r["time"] for r in conns)])
     return Trace(
-        sample=sample,
+        sample=sample, generated=datetime.now(UTC).isoformat(),
         flow=TracedFlow(src=best["src"], dst=best["dst"], sport=best["sport"], dport=best["dport"], proto=best["proto"],
                         community_id=cid, first_seen=_iso(when), last_seen=_iso(last)),
         decision=Decision(rule=first["rule"], verdict=first["verdict"],
