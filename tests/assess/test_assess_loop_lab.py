@@ -46,7 +46,7 @@ EXCEPTION = (
 )
 #: assess option → the Facts field it feeds.
 OPTIONS = {"--probes": "probes", "--ruleset": "ruleset", "--changes": "changes", "--keys": "keys",
-           "--containment": "containment"}
+           "--containment": "containment", "--trace": "traces"}
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -135,6 +135,12 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             assert main(["verify", "keys", "--target", "lab", *name, "--policy", str(policy), "-o",
                          str(files["--keys"]), "--evidence", str(store), "--work", str(work / "verify")]) in (0, 1)
             assert files["--keys"].exists()
+            # telemetry's acceptance: a sampled allowed flow and a denied attempt, reconstructed from the logs
+            traces = [work / f"trace-{s}.json" for s in ("allowed", "denied")]
+            for sample, out in zip(("allowed", "denied"), traces, strict=True):
+                assert main(["trace", "--sample", sample, "--target", "lab", *name, "--evidence", str(store),
+                             "-o", str(out)]) == 0
+            files["--trace"] = traces[0]
             capture = work / "after.pcap"
             for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
                 before = _steps(lab)
@@ -153,6 +159,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
 
 def _assess(work: Path, policy: Path, capture: Path, files: dict[str, Path], out: str, *, leave_out: str = "") -> Any:
     args = [a for o, f in files.items() if o != leave_out for a in (o, str(f))]
+    if leave_out != "--trace":  # both samples: the denied one beside the allowed one
+        args += ["--trace", str(files["--trace"]).replace("trace-allowed", "trace-denied")]
     store = work / "evidence" if not leave_out else work / f"evidence-{out}"
     main(["assess", str(policy), "--captures", str(capture), "-o", str(work / out), "--store", str(store), "-q",
           *args])

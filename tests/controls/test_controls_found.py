@@ -80,14 +80,15 @@ def test_telemetry_from_a_single_pcap_is_unknown() -> None:
     rows = [{"src": W0, "dst": W1, "dport": 29500}, {"src": W0, "dst": STORAGE, "dport": 8080}]
     result = by_control(POLICY, facts_for(POLICY, rows))["telemetry"]
     assert result.verdict is Verdict.UNKNOWN
-    assert any("a capture alone" in f.message for f in result.findings)
+    assert any("a flow log alone" in f.message for f in result.findings)
 
 
 def test_telemetry_passes_when_an_allowed_flow_and_a_denied_attempt_are_reconstructed() -> None:
     result = by_control(POLICY, complete())["telemetry"]
     assert result.verdict is Verdict.PASS
     subjects = {f.subject for f in result.findings if f.verdict is Verdict.PASS}
-    assert "denied attempt from node aux" in subjects and any(s.startswith("allowed flow ") for s in subjects)
+    assert any(s.startswith("denied flow 10.77.1.50:") and "(aux → storage)" in s for s in subjects)
+    assert any(s.startswith("allowed flow ") and "(worker-0 → storage)" in s for s in subjects)
 
 
 def test_unrecognised_protocol_on_a_layered_class_is_not_a_pass() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ctl_kit import NOW, facts_for
@@ -138,3 +139,23 @@ def test_containment() -> None:
     assert Verdict.FAIL in _verdicts(containment.evaluate(POLICY, Facts(now=NOW, containment=leaky)))
     unproven = {"drills": [{"node": "aux", "isolated": True, "by_policy": None}]}
     assert _verdicts(containment.evaluate(POLICY, Facts(now=NOW, containment=unproven))) == {Verdict.UNKNOWN}
+
+
+def test_telemetry_traces_pass_fail_and_unknown() -> None:
+    from ringfence.controls.telemetry import ALLOWED, DENIED
+
+    def trace(sample: str, attributed: bool) -> dict[str, object]:
+        return {"sample": sample, "attributed": attributed, "flow": {"src": "10.99.9.9", "dst": W1},
+                "decision": {"rule": None, "verdict": "drop"}, "src": {"address": "10.99.9.9"}, "dst": {"node": "w1"}}
+
+    base = facts_for(POLICY, [{"src": W0, "dst": W1, "dport": 29500}])
+    both = (trace("allowed", True), trace("denied", False))
+    found = telemetry.evaluate(POLICY, dataclasses.replace(base, traces=both))
+    by_req = {f.requirement: f for f in found if f.requirement in (ALLOWED, DENIED)}
+    assert by_req[ALLOWED].verdict is Verdict.PASS
+    assert by_req[DENIED].verdict is Verdict.FAIL and "cannot be attributed" in by_req[DENIED].message
+    only_allowed = telemetry.evaluate(POLICY, dataclasses.replace(base, traces=(trace("allowed", True),)))
+    denied = [f for f in only_allowed if f.requirement == DENIED]
+    assert [f.verdict for f in denied] == [Verdict.UNKNOWN] and "ringfence trace --sample denied" in denied[0].message
+    unfed = [f for f in telemetry.evaluate(POLICY, base) if f.verdict is Verdict.UNKNOWN]
+    assert unfed and "ringfence trace --sample allowed" in unfed[-1].message

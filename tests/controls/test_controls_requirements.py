@@ -91,6 +91,13 @@ ATTESTATION = {"format": "ringfence-attestation-1", "site": "lab", "generated": 
                            "expected": e, "outcome": o, "verdict": "pass"}
                           for e, o in (("blocked", "timeout"), ("reached", "connected"))]}
 
+TRACES = tuple(
+    {"sample": sample, "attributed": True, "flow": {"src": src, "sport": 41000, "dst": "10.77.2.10", "dport": 8080},
+     "decision": {"rule": rule, "verdict": verdict, "policy_version": "ab" * 32},
+     "src": {"node": node}, "dst": {"node": "storage", "dns": "storage.lab"}}
+    for sample, src, node, rule, verdict in (("allowed", "10.77.1.10", "worker-0", "train-a-storage", "accept"),
+                                             ("denied", "10.77.1.50", "aux", None, "drop")))
+
 _COMPLETE: list[Facts] = []
 
 
@@ -98,7 +105,7 @@ def complete() -> Facts:
     """Facts that prove every requirement of every control (built once: Facts is frozen)."""
     if not _COMPLETE:
         _COMPLETE.append(facts_for(POLICY, FLOWS, probes=PROBES, ruleset=RULESET, keys=KEYS, changes=CHANGES,
-                                   containment=CONTAINMENT, attestation=ATTESTATION))
+                                   containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES))
     return _COMPLETE[0]
 
 

@@ -53,16 +53,26 @@ def test_up_status_down_leaves_nothing() -> None:
         assert sorted(services) == ["mgmt-api", "mgmt-ssh", "replica-sink", "storage-http"]
         assert all(s.listening and not s.tls for s in services.values())
         processes = [p for n in st.nodes for p in n.processes]
-        assert sorted(p.label for p in processes) == ["external-replica", "mgmt-mgmt", "mgmt-sshd", "storage-storage"]
+        assert sorted(p.label for p in processes if p.kind == "service") == [
+            "external-replica", "mgmt-mgmt", "mgmt-sshd", "storage-storage"]
+        # the telemetry daemons: ulogd and conntrack in every namespace (the fabric's too), dnsmasq in mgmt
+        recorded = read_state(lab.paths).processes
+        points = ("fabric", *lab.topology.node_names())
+        assert sorted(p.label for p in recorded if p.kind == "telemetry") == sorted(
+            [f"{pt}-{d}" for pt in points for d in ("ulogd", "conntrack")] + ["mgmt-dnsmasq"])
         assert all(p.alive for p in processes)
+        assert all((Path("/etc/netns") / lab.topology.namespace(n) / "resolv.conf").is_file()
+                   for n in lab.topology.node_names())
         assert st.node("worker-1").interface == f"{lab.name}-w1"
         # nothing of the lab in the host's own namespace
         assert not [link for link in lab_netns.link_names() if link.startswith(lab.name)]
     finally:
         report = lab.down()
     assert set(report.namespaces_deleted) == {f"{lab.name}-{n}" for n in (*lab.topology.node_names(), "fabric")}
-    assert set(report.processes_stopped) == {p.pid for p in processes}
-    assert_nothing_left(lab.name, [p.pid for p in processes])
+    assert set(report.processes_stopped) == {p.pid for p in recorded}
+    assert_nothing_left(lab.name, [p.pid for p in recorded])
+    assert not [ns for ns in (Path("/etc/netns").iterdir() if Path("/etc/netns").is_dir() else ())
+                if ns.name.startswith(f"{lab.name}-")]
 
 
 def _jobs_seen(lab: Lab) -> list[str]:

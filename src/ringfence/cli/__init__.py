@@ -39,6 +39,7 @@ VERBS: dict[str, str] = {
     "drift": "ringfence.cli.drift_cmd",
     "attest": "ringfence.cli.attest_cmd",
     "rdma": "ringfence.cli.rdma_cmd",
+    "trace": "ringfence.cli.trace_cmd",
 }
 
 

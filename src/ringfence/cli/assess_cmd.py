@@ -20,7 +20,7 @@ from ringfence.errors import InputError
 
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
-                "keys": "keys", "bench": "bench", "attestation": "attestation"}
+                "keys": "keys", "bench": "bench", "attestation": "attestation", "traces": "traces"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -81,6 +81,8 @@ def register(sub: Any) -> None:
                    help="report format to write (repeatable; default: json, html, junit; a wrong one lists them)")
     p.add_argument("--probes", action="append", metavar="FILE", help="probe results from `ringfence probe -o`")
     p.add_argument("--ruleset", metavar="FILE", help="live ruleset facts from `ringfence probe --ruleset`")
+    p.add_argument("--trace", dest="traces", metavar="FILE", action="append",
+                   help="a reconstructed flow from `ringfence trace` (repeat: the allowed and the denied sample)")
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")

@@ -24,6 +24,10 @@ LIST_CAP = 150
 #: How to gather each fact a control may lack (named in ``unknown`` findings).
 GATHER: Mapping[str, str] = {
     "flows": "no flow observations: pass captures or flow logs to `ringfence assess POLICY --captures FILE`",
+    "traces": (
+        "no reconstructed flows: run `ringfence trace --sample allowed --target lab -o trace-allowed.json` (and "
+        "`--sample denied`), then pass `--trace trace-allowed.json --trace trace-denied.json`"
+    ),
     "probes": (
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),

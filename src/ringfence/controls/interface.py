@@ -107,6 +107,7 @@ class Facts:
     changes: Sequence[Mapping[str, Any]] | None = None  # applied ruleset versions
     containment: Mapping[str, Any] | None = None  # containment drill results
     rdma: Sequence[Any] | None = None  # RDMA key-hygiene findings of the captures (ringfence.rdma.RdmaFinding)
+    traces: Sequence[Mapping[str, Any]] | None = None  # reconstructed flows (ringfence trace)
     # When each fact was gathered (Facts field name → aware time). A fact without a time has an unknown
     # age, so no requirement it feeds can pass: freshness is part of the proof.
     taken: Mapping[str, datetime] = field(default_factory=dict)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -15,28 +15,29 @@ from ringfence.policy import Policy
 
 #: Requirement ids.
 ATTRIBUTED, ALLOWED, DENIED = "flows-attributed", "allowed-flow-reconstructed", "denied-attempt-reconstructed"
-RULESET = "ringfence probe POLICY --target lab -o probes.json --ruleset ruleset.json"
+TRACE = "ringfence trace --sample {sample} --target lab -o trace-{sample}.json"
 
 meta = ControlMeta(
     id="telemetry",
     title="Network telemetry with identity context",
     objective="Every flow record can be attributed to a workload: it carries a workload identity or its "
     "addresses resolve to inventory nodes, so an investigation never stops at a bare IP address.",
-    acceptance="Permitted: a sampled allowed flow is reconstructed end to end — logged with node, zone and job "
-    "attached, and counted by the accept rule that admits it. Denied: a denied attempt is reconstructed from the "
-    "firewall's drop log, attributed to the node that tried; a flow from an address nobody owns is flagged as "
-    "unattributable rather than silently logged.",
-    facts=("flows", "ruleset"),
+    acceptance="Permitted: a sampled allowed flow is reconstructed end to end from the firewall's NFLOG decisions, "
+    "conntrack and DNS — rule id, policy version in force, both endpoints' nodes (and job, user, identity where "
+    "known) and the DNS name used. Denied: a denied attempt is reconstructed the same way, attributed to the node "
+    "that tried; a flow from an address nobody owns is flagged as unattributable rather than silently logged.",
+    facts=("flows", "traces"),
     requirements=(
         Requirement(ATTRIBUTED, Side.PERMITTED, "every flow record resolves to inventory nodes or carries a workload "
                     "identity", ("flows",), CAPTURE),
-        Requirement(ALLOWED, Side.PERMITTED, "an approved flow seen in the flow log is also counted by its accept "
-                    "rule in the live ruleset", ("flows", "ruleset"), RULESET),
-        Requirement(DENIED, Side.DENIED, "a denied attempt appears in the firewall's drop log, attributed to an "
-                    "inventory node", ("ruleset",), RULESET),
+        Requirement(ALLOWED, Side.PERMITTED, "a sampled allowed flow reconstructed end to end, both endpoints "
+                    "attributed", ("traces",), TRACE.format(sample="allowed")),
+        Requirement(DENIED, Side.DENIED, "a sampled denied attempt reconstructed end to end, both endpoints "
+                    "attributed", ("traces",), TRACE.format(sample="denied")),
     ),
     remediation={
-        "nftables": "log with a prefix per rule and keep address sets in step with the inventory",
+        "nftables": "log each rule to NFLOG with the rule id as prefix (ulogd2), and keep address sets in step with "
+                    "the inventory",
         "networkpolicy": "export flows with pod/namespace labels (e.g. Hubble) instead of bare addresses",
         "cilium": "enable Hubble flow export with identity and label context",
         "process": "add every address in use to the policy inventory; decommission unknown hosts",
@@ -51,54 +52,42 @@ def _resolved(table: pa.Table, side: str) -> pa.Array:
     )
 
 
-def _accepted(ruleset: Mapping[str, Any]) -> dict[str, list[str]]:
-    """approved-flow id → the enforcement points whose accept rule for it counted packets."""
-    out: dict[str, list[str]] = {}
-    points = ruleset.get("points")
-    for scope, point in sorted(points.items()) if isinstance(points, Mapping) else ():
-        counted = point.get("accepted_packets") if isinstance(point, Mapping) else None
-        for fid, n in counted.items() if isinstance(counted, Mapping) else ():
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                out.setdefault(str(fid), []).append(str(scope))
-    return out
+def _who(end: Any) -> str:
+    if not isinstance(end, Mapping):
+        return "?"
+    return str(end.get("node") or end.get("identity") or end.get("address") or "?")
+
+
+def _one_sample(traces: Sequence[Mapping[str, Any]], sample: str, requirement: str) -> Finding:
+    """The sample's verdict: pass when a trace of it has both ends attributed, fail when one has not."""
+    mine = [t for t in traces if isinstance(t, Mapping) and t.get("sample") == sample]
+    if not mine:
+        return Finding(meta.id, Verdict.UNKNOWN, f"{sample} flow end to end",
+                       f"no {sample} trace was given; run: {TRACE.format(sample=sample)}", requirement=requirement)
+    bad = [t for t in mine if t.get("attributed") is not True]
+    t = bad[0] if bad else mine[0]
+    flow, decision = t.get("flow"), t.get("decision")
+    flow = flow if isinstance(flow, Mapping) else {}
+    decision = decision if isinstance(decision, Mapping) else {}
+    subject = (f"{sample} flow {flow.get('src')}:{flow.get('sport')} → {flow.get('dst')}:{flow.get('dport')} "
+               f"({_who(t.get('src'))} → {_who(t.get('dst'))})")
+    rule = decision.get("rule") or "no named rule (default drop)"
+    detail = (f"{decision.get('verdict')} by {rule}, policy version {str(decision.get('policy_version'))[:16]}, "
+              f"dns {(t.get('dst') or {}).get('dns') if isinstance(t.get('dst'), Mapping) else None}")
+    if bad:
+        return Finding(meta.id, Verdict.FAIL, subject, f"cannot be attributed: an endpoint resolves to no inventory "
+                       f"node and carries no workload identity ({detail})", remediation=remediation_text(meta),
+                       requirement=requirement)
+    return Finding(meta.id, Verdict.PASS, subject, f"reconstructed end to end: {detail}", requirement=requirement)
 
 
 def _reconstructed(policy: Policy, facts: Facts) -> list[Finding]:
-    """A sampled allowed flow and a denied attempt, each followed from log to rule (the acceptance)."""
-    ruleset = facts.ruleset
-    if ruleset is None:
-        return [unknown(meta, "allowed and denied flows end to end", "ruleset",
-                        "a capture alone shows traffic, not the decisions that admitted or dropped it")]
-    out: list[Finding] = []
-    counted = _accepted(ruleset)
-    flows = facts.flows
-    seen = set(flows.column("rule").drop_null().to_pylist()) if flows is not None and flows.num_rows else set()
-    both = sorted(seen & set(counted))
-    if both:
-        fid = both[0]
-        out.append(Finding(meta.id, Verdict.PASS, f"allowed flow {fid}",
-                           f"seen in the flow log and counted by its accept rule at {', '.join(counted[fid])}",
-                           facts.flow_evidence, requirement=ALLOWED))
-    else:
-        out.append(Finding(meta.id, Verdict.UNKNOWN, "allowed flow end to end",
-                           "no approved flow is both in the flow log and counted by an accept rule of the ruleset",
-                           requirement=ALLOWED))
-    nodes = {a: n.name for n in policy.nodes for a in n.addresses}
-    denied = ruleset.get("denied")
-    rows = [d for d in denied if isinstance(d, Mapping)] if isinstance(denied, list) else []
-    attributed = [d for d in rows if str(d.get("source")) in nodes and isinstance(d.get("packets"), int)
-                  and not isinstance(d.get("packets"), bool) and int(d["packets"]) > 0]
-    if attributed:
-        d = attributed[0]
-        where = d.get("where")
-        at = f" at {', '.join(str(w) for w in where)}" if isinstance(where, list) and where else ""
-        out.append(Finding(meta.id, Verdict.PASS, f"denied attempt from node {nodes[str(d['source'])]}",
-                           f"{d['source']} → {d.get('destination')} {d.get('proto')}/{d.get('port')}: "
-                           f"{d['packets']} packet(s) dropped{at}, attributed to its node", requirement=DENIED))
-    else:
-        out.append(Finding(meta.id, Verdict.UNKNOWN, "denied attempt end to end",
-                           "the ruleset's drop log holds no denied attempt from an inventory node", requirement=DENIED))
-    return out
+    """A sampled allowed flow and a denied attempt, each reconstructed by ``ringfence trace`` (the acceptance)."""
+    traces = facts.traces
+    if traces is None:
+        return [unknown(meta, "allowed and denied flows end to end", "traces",
+                        "a flow log alone shows traffic, not the decisions that admitted or dropped it")]
+    return [_one_sample(traces, "allowed", ALLOWED), _one_sample(traces, "denied", DENIED)]
 
 
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:

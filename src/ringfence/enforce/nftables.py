@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ringfence.enforce import expiry
+from ringfence.enforce import expiry, nflog
 from ringfence.enforce import nft_json as nj
 from ringfence.enforce.interface import (
     DEFAULT_OPTIONS,
@@ -58,7 +58,7 @@ class _Table:
     rules: list[nj.Json]
 
     def rule(self, chain: str, expr: Sequence[nj.Json], comment: str | None = None) -> None:
-        self.rules.append(nj.add(nj.rule(self.family, TABLE, chain, expr, comment)))
+        self.rules.append(nj.add(nj.rule(self.family, TABLE, chain, nflog.tag(self.family, expr, comment), comment)))
 
 
 def _new_table(family: str) -> _Table:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import ringfence
 from ringfence.errors import RingfenceError
-from ringfence.lab import netns, procs, sshd, tpm
+from ringfence.lab import netns, procs, sshd, telemetry, tpm
 from ringfence.lab.capture import run_capture
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.state import (
@@ -156,6 +156,7 @@ class Lab:
         lab = cls(topo, paths)
         try:
             lab._build()
+            lab.start_telemetry()
             lab.start_services()
             set_phase(paths, "up")
             if traffic:
@@ -215,6 +216,22 @@ class Lab:
         if left:
             raise LabError(f"processes {sorted(left)} of lab {self.name} did not stop")
         self._forget(pids)
+
+    @property
+    def telemetry_dir(self) -> Path:
+        """Where the telemetry daemons write, one directory per enforcement point (a node or ``fabric``)."""
+        return self.paths.directory / "telemetry"
+
+    def start_telemetry(self) -> None:
+        """Start ulogd2 and ``conntrack -E`` in every namespace and dnsmasq in mgmt; wait until DNS answers."""
+        telemetry.start(self.topology, self.telemetry_dir,
+                        lambda point, label, argv: self._spawn(point, label, "telemetry", argv))
+        self._wait_listening({telemetry.DNS_NODE: {53}}, timeout=30)
+        dead = [p.label for p in read_state(self.paths).processes if p.kind == "telemetry"
+                and not procs.is_alive(p.pid)]
+        if dead:
+            raise LabError(f"telemetry daemons exited during start-up: {', '.join(dead)}:\n"
+                           f"{_log_tail(self._log(dead[0]))}")
 
     def start_services(self, tls: dict[str, TlsPaths] | None = None) -> None:
         """Start the servers (object store, job API, sshd, replica sink) and wait until they listen.
@@ -347,8 +364,10 @@ class Lab:
         """Start the clients: all-reduce ranks, job submissions, admin ssh, telemetry and lateral attempts."""
         self._stop_kind({"traffic"})
         topo = self.topology
-        storage = f"{topo.address('storage')}:8080"
         mgmt = f"{topo.address('mgmt')}:8000"
+        # the workers name storage and mgmt: each resolves them once through the lab's dnsmasq
+        named = {n: telemetry.dns_name(topo, n) for n in ("storage", "mgmt")}
+        fallback = [a for n, name in named.items() for a in ("--fallback-address", f"{name}={topo.address(n)}")]
         for job in topo.jobs:
             master = topo.address(job.members[0])
             for rank, node in enumerate(job.members):
@@ -356,7 +375,7 @@ class Lab:
                     node, "worker", "traffic",
                     ["--job", job.name, "--rank", str(rank), "--world", str(len(job.members)),
                      "--master-addr", master, "--master-port", str(job.master_port),
-                     "--storage", storage, "--mgmt", mgmt],
+                     "--storage", f"{named['storage']}:8080", "--mgmt", f"{named['mgmt']}:8000", *fallback],
                     env={"GLOO_SOCKET_IFNAME": topo.interface(node), "OMP_NUM_THREADS": "1"},
                 )
         self._agent("user", "user", "traffic", ["--mgmt", mgmt])
@@ -365,7 +384,8 @@ class Lab:
                     ["--target", topo.address("mgmt"), "--user", sshd.LOGIN_USER, "--key", str(ssh_dir.admin_key),
                      "--known-hosts", str(ssh_dir.known_hosts)])
         self._agent("aux", "aux", "traffic",
-                    ["--mgmt", mgmt, "--storage", storage, "--ssh", f"{topo.address('mgmt')}:22"])
+                    ["--mgmt", mgmt, "--storage", f"{named['storage']}:8080", "--ssh", f"{topo.address('mgmt')}:22",
+                     *fallback[:2]])
         if wait:
             self.wait_for_traffic(timeout)
 
@@ -572,6 +592,7 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
     # processes we did not record (none should exist) keep a deleted namespace alive: report, never kill
     strays = {pid for ns in spaces for pid in netns.namespace_pids(ns) if procs.is_alive(pid)}
     deleted = tuple(sorted(ns for ns in spaces if netns.delete_namespace(ns)))
+    telemetry.remove_resolvers(spaces)
     if leftovers:
         raise LabError(f"lab {name}: processes {sorted(leftovers)} did not stop; nothing else was kept back",
                        hint=f"check them, then run: ringfence lab down --name {name}")

@@ -15,7 +15,7 @@ import socket
 import time
 from typing import Any
 
-from ringfence.lab.agents.common import HttpClient, Status, base_parser, stop_event
+from ringfence.lab.agents.common import HttpClient, Status, base_parser, resolve_endpoint, stop_event
 
 
 def classify(exc: BaseException) -> str:
@@ -47,12 +47,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mgmt", required=True, help="host:port of the job API")
     p.add_argument("--storage", required=True, help="host:port of the object server")
     p.add_argument("--ssh", required=True, help="host:port of the management sshd")
+    p.add_argument("--fallback-address", action="append", default=[], metavar="NAME=ADDR",
+                   help="the address to use when NAME does not resolve (repeatable)")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--lateral-interval", type=float, default=3.0)
     p.add_argument("--connect-timeout", type=float, default=3.0)
     args = p.parse_args(argv)
     stop = stop_event()
     status = Status(args.status_file, "aux")
+    args.storage = resolve_endpoint(args.storage, dict(f.split("=", 1) for f in args.fallback_address), status)
     client = HttpClient(args, timeout=args.connect_timeout)
     scheme = client.scheme()
     ssh_host, ssh_port = args.ssh.rsplit(":", 1)

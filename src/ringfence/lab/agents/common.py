@@ -303,6 +303,27 @@ class _NamedHTTPSConnection(http.client.HTTPSConnection):
         self.sock = ctx.wrap_socket(sock, server_hostname=self._server_name or self.host)
 
 
+def resolve_endpoint(hostport: str, fallbacks: Mapping[str, str], status: Status) -> str:
+    """``host:port`` with a host name resolved once, now, through the node's resolver (one DNS query, logged
+    by the lab's dnsmasq); later requests go to that address, so a policy that does not carry DNS does not
+    break the running job. Unresolvable: the lab's fallback address, counted as ``dns_fallback``."""
+    host, _, port = hostport.rpartition(":")
+    try:
+        socket.inet_aton(host)
+        return hostport  # already an address
+    except OSError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)
+        return f"{infos[0][4][0]}:{port}"
+    except (OSError, ValueError, IndexError) as exc:
+        if host not in fallbacks:
+            raise
+        status.count("dns_fallback")
+        status.error("resolve", exc)
+        return f"{fallbacks[host]}:{port}"
+
+
 def run_forever(event: threading.Event, interval: float, step: Any) -> None:
     """Call ``step()`` every ``interval`` seconds until ``event`` is set (first call at once)."""
     while not event.is_set():

@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from ringfence.lab.agents.common import HttpClient, Status, base_parser
+from ringfence.lab.agents.common import HttpClient, Status, base_parser, resolve_endpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("--storage", required=True, help="host:port of the object server")
     p.add_argument("--mgmt", required=True, help="host:port of the job API")
+    p.add_argument("--fallback-address", action="append", default=[], metavar="NAME=ADDR",
+                   help="the address to use when NAME does not resolve (repeatable)")
     p.add_argument("--numel", type=int, default=1 << 20, help="float32 elements all-reduced per step (4 MiB)")
     p.add_argument("--interval", type=float, default=0.25, help="pause between steps, seconds")
     p.add_argument("--checkpoint-every", type=int, default=5)
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     # No SIGTERM handler: a rank blocked in a collective whose peer already left would only notice at the
     # gloo timeout. The default action ends it at once, and a rank has nothing to flush.
     status = Status(args.status_file, "worker", job=args.job, rank=args.rank, world=args.world)
+    fallbacks = dict(f.split("=", 1) for f in args.fallback_address)
+    args.storage = resolve_endpoint(args.storage, fallbacks, status)
+    args.mgmt = resolve_endpoint(args.mgmt, fallbacks, status)
 
     # torch is imported here, not at module level: it costs seconds, and --help or a bad argument should not.
     import torch

@@ -1,0 +1,91 @@
+"""``ringfence trace --sample allowed|denied [--flow 5-TUPLE] --target lab|ssh -o FILE``.
+
+Collects every enforcement point's telemetry (ulogd decisions, conntrack events, dnsmasq answers)
+through the target's executors, reconstructs one flow end to end and writes the trace JSON; the
+timeline goes to stderr. Exit 0: reconstructed and both ends attributed; 1: an end cannot be
+attributed; 3: no such flow in the telemetry (unknown: the hint says what to run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ringfence.atomic import write_atomic
+from ringfence.cli._targets import add_target_arguments
+from ringfence.observe.flows.events.deploy import DEFAULT_DIR
+
+if TYPE_CHECKING:
+    from ringfence.policy import Policy
+    from ringfence.targets.interface import Executor
+
+
+def _sources(args: argparse.Namespace) -> tuple[str, dict[str, Executor], dict[str, str], Policy]:
+    """(target label, point → executor, point → telemetry directory, policy)."""
+    if args.target == "lab":
+        from ringfence.lab import Lab
+        from ringfence.lab.points import lab_points
+        from ringfence.lab.telemetry import point_dir
+
+        lab = Lab.attach(args.name)
+        points = lab_points(lab)
+        return (f"lab:{lab.name}", dict(points), {p: str(point_dir(lab.telemetry_dir, p)) for p in points},
+                lab.policy())
+    from ringfence.cli._targets import points_for, site_for
+
+    label, points, _ = points_for(args, precheck=False)
+    _, policy = site_for(args)
+    return label, dict(points), dict.fromkeys(points, args.telemetry_dir), policy
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ringfence.evidence import EvidenceStore
+    from ringfence.evidence.store import default_store_path
+    from ringfence.trace.collect import collect
+    from ringfence.trace.jobs_file import SpanFile
+    from ringfence.trace.reconstruct import FlowSpec, NoSample, load, reconstruct
+    from ringfence.trace.timeline import render
+
+    spec = FlowSpec.parse(args.flow) if args.flow else None
+    jobs = SpanFile(Path(args.jobs)) if args.jobs else None
+    target, points, dirs, policy = _sources(args)
+    store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
+    with tempfile.TemporaryDirectory(prefix="rf-trace-") as tmp:
+        got = collect(points, dirs, Path(tmp))
+        for problem in got.problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        tel = load(got.files, [Path(h) for h in args.hubble])
+    for w in tel.warnings[:20]:
+        print(f"warning: {w}", file=sys.stderr)
+    try:
+        trace = reconstruct(tel, policy, args.sample, spec=spec, store=store, target=target, jobs=jobs)
+    except NoSample as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return 3
+    write_atomic(args.output, (json.dumps(trace.model_dump(mode="json"), indent=2) + "\n").encode())
+    print(render(trace), file=sys.stderr)
+    return 0 if trace.attributed else 1
+
+
+def register(sub: Any) -> None:
+    """Add ``trace``."""
+    p = sub.add_parser("trace", help="reconstruct one allowed or denied flow end to end from the telemetry",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sample", required=True, choices=("allowed", "denied"))
+    p.add_argument("--flow", help="SRC:SPORT-DST:DPORT[/PROTO] (SPORT may be *): this flow, not a sample")
+    add_target_arguments(p)
+    p.add_argument("-o", "--output", required=True, help="the trace JSON")
+    p.add_argument("--evidence", help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
+    p.add_argument("--jobs", help="job spans (JSON); without one, job and user are null")
+    p.add_argument("--hubble", action="append", default=[], metavar="FILE",
+                   help="Hubble flow export(s) (hubble observe -o json) feeding the same decisions")
+    p.add_argument("--telemetry-dir", default=DEFAULT_DIR,
+                   help="--target ssh: where each host keeps ulogd.json, conntrack.log, dnsmasq.log")
+    p.set_defaults(func=_run)
+
+
+__all__ = ["register"]

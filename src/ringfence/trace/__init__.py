@@ -1,0 +1,1 @@
+"""``ringfence trace``: one flow reconstructed end to end from the cluster's own telemetry."""

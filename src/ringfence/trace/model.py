@@ -1,0 +1,114 @@
+"""The trace document (``ringfence trace -o``): frozen, strict models, so a consumer can rely on every key."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Sample = Literal["allowed", "denied"]
+#: What decided the flow: a rule the policy names, the default drop (no rule names it), containment, audit.
+DecisionState = Literal["named-rule", "default-drop", "containment", "audit", "hubble-forwarded", "hubble-dropped"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TracedFlow(_Frozen):
+    """The 5-tuple, as its initiator sent it, and its Community ID (the key every source joins on)."""
+
+    src: str
+    dst: str
+    sport: int | None
+    dport: int | None
+    proto: int
+    community_id: str | None
+    first_seen: str
+    last_seen: str
+
+
+class Decision(_Frozen):
+    """The firewall's decision: the policy rule (None: no rule named it), verdict, version in force then."""
+
+    rule: str | None
+    verdict: str
+    policy_version: str | None
+    state: DecisionState
+    point: str | None  # the enforcement point that logged it first
+    time: str
+    explanation: str
+
+
+class PointDecision(_Frozen):
+    """One enforcement point's log line for this flow."""
+
+    point: str | None
+    time: str
+    rule: str | None
+    verdict: str
+    prefix: str
+    source: str
+    line: int
+
+
+class Record(_Frozen):
+    """A connection-tracking (or flow-log) record of this flow."""
+
+    source: str
+    point: str | None
+    time: str
+    event: str
+    line: int | None = None
+
+
+class Endpoint(_Frozen):
+    """Who one side is: inventory node, scheduler job and user, workload identity, the DNS name used."""
+
+    address: str
+    node: str | None
+    zone: str | None
+    job: str | None
+    user: str | None
+    identity: str | None
+    dns: str | None
+
+
+class Change(_Frozen):
+    """The applied version that first carried the rule (from the evidence store's apply records)."""
+
+    evidence: str
+    action: str
+    time: str
+    version: str
+    approved_by: str | None
+    ticket: str | None
+
+
+class TimelineEntry(_Frozen):
+    """One moment of the reconstruction, oldest first."""
+
+    time: str
+    where: str
+    what: str
+
+
+class Trace(_Frozen):
+    """One reconstructed flow: what ``ringfence trace`` writes."""
+
+    sample: Sample
+    generated: str  # when the trace was reconstructed (ISO 8601, UTC): the age of this fact
+    flow: TracedFlow
+    decision: Decision
+    decisions: tuple[PointDecision, ...]
+    records: tuple[Record, ...]
+    src: Endpoint
+    dst: Endpoint
+    change: Change | None
+    attributed: bool
+    timeline: tuple[TimelineEntry, ...]
+    notes: tuple[str, ...]
+
+
+__all__ = ["Change", "Decision", "DecisionState", "Endpoint", "PointDecision", "Record", "Sample",
+           "TimelineEntry", "Trace", "TracedFlow"]

@@ -1,0 +1,88 @@
+"""On the lab: an allowed flow and a denied attempt reconstructed from real ulogd2/conntrack/dnsmasq output."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from ringfence.cli import main
+from ringfence.enforce.apply import apply_policy, rollback
+from ringfence.evidence import EvidenceStore
+from ringfence.lab import Lab
+from ringfence.lab.points import lab_inventory, lab_points
+from ringfence.lab.telemetry import dns_name, point_dir
+from ringfence.policy import parse_policy
+from ringfence.trace.collect import collect
+from ringfence.trace.model import Trace
+from ringfence.trace.reconstruct import FlowSpec, NoSample, load, reconstruct
+
+pytestmark = pytest.mark.privileged
+
+
+def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, tmp: Path) -> Trace:
+    """Wait (observing the logs, up to 60 s) until the flow is in the telemetry, then reconstruct it."""
+    points = lab_points(lab)
+    dirs = {p: str(point_dir(lab.telemetry_dir, p)) for p in points}
+    deadline = time.monotonic() + 60
+    n = 0
+    while True:
+        n += 1
+        got = collect(points, dirs, tmp / f"{sample}-{time.monotonic_ns()}-{n}")
+        try:
+            trace = reconstruct(load(got.files), lab.policy(), sample,  # type: ignore[arg-type]
+                                spec=FlowSpec.parse(flow), store=store, target=target)
+            if trace.records or sample == "denied":
+                return trace
+        except NoSample:
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{sample} flow {flow} never got a conntrack record")
+        time.sleep(0.5)
+
+
+def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: Path) -> None:
+    policy = parse_policy(lab.policy_yaml(), "lab-policy")
+    points = lab_points(lab)
+    store = EvidenceStore.open(tmp_path / "evidence")
+    target = f"lab:{lab.name}"
+    addr = lab.topology.address
+    applied = apply_policy(policy, points, store, target=target, inventory=lab_inventory(lab),
+                           approved_by="reviewer@example", ticket="CHG-13")
+    try:
+        first = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path)
+        # the points' logs are read one after another: the same connection again, once every point has written it
+        f = first.flow
+        time.sleep(1.0)
+        allowed = _trace(lab, store, target, "allowed", f"{f.src}:{f.sport}-{f.dst}:{f.dport}/tcp", tmp_path)
+        denied = _trace(lab, store, target, "denied", f"{addr('aux')}:*-{addr('storage')}:8080/tcp", tmp_path)
+        # the CLI writes the same reconstruction, from the same logs
+        out = tmp_path / "trace.json"
+        code = main(["trace", "--sample", "denied", "--flow", f"{addr('aux')}:*-{addr('storage')}:8080/tcp",
+                     "--target", "lab", "--name", lab.name, "--evidence", str(tmp_path / "evidence"), "-o", str(out)])
+    finally:
+        rollback(points, store, target=target)
+    storage_name = dns_name(lab.topology, "storage")
+    d = allowed.decision
+    assert (d.verdict, d.state, d.policy_version) == ("accept", "named-rule", applied.version)
+    assert d.rule is not None and d.rule in {f.id for f in policy.approved}
+    # logged where it left, where it crossed the fabric and where it arrived, each point with the same rule
+    assert {p.point for p in allowed.decisions} >= {"worker-0", "fabric", "storage"}
+    assert all(p.rule == d.rule for p in allowed.decisions)
+    assert "NEW" in {r.event for r in allowed.records}
+    assert (allowed.src.node, allowed.dst.node, allowed.dst.dns) == ("worker-0", "storage", storage_name)
+    assert allowed.src.job is None and allowed.attributed
+    assert allowed.change is not None and allowed.change.evidence == applied.evidence
+    assert allowed.change.approved_by == "reviewer@example" and allowed.change.ticket == "CHG-13"
+    d = denied.decision
+    assert (d.verdict, d.state, d.rule, d.point) == ("drop", "default-drop", None, "aux")
+    assert "no policy rule names this flow" in d.explanation
+    assert d.policy_version == applied.version and denied.change is None
+    assert (denied.src.node, denied.dst.node, denied.dst.dns) == ("aux", "storage", storage_name)
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["decision"]["rule"] is None and doc["decision"]["policy_version"] == applied.version
+    assert set(doc["src"]) >= {"node", "job", "user", "identity", "dns"} and doc["src"]["job"] is None
