@@ -53,7 +53,9 @@ def test_up_status_down_leaves_nothing() -> None:
         assert sorted(services) == ["mgmt-api", "mgmt-ssh", "replica-sink", "storage-http"]
         assert all(s.listening and not s.tls for s in services.values())
         processes = [p for n in st.nodes for p in n.processes]
-        assert sorted(p.label for p in processes) == ["external-replica", "mgmt-mgmt", "mgmt-sshd", "storage-storage"]
+        assert sorted(p.label for p in processes) == [
+            "external-replica", "mgmt-mgmt", "mgmt-munged", "mgmt-slurmctld", "mgmt-sshd", "storage-storage",
+            "worker-0-slurmd", "worker-1-slurmd"]  # the servers, and the Slurm the training job runs under
         assert all(p.alive for p in processes)
         assert st.node("worker-1").interface == f"{lab.name}-w1"
         # nothing of the lab in the host's own namespace
