@@ -345,9 +345,6 @@ class Lab:
         if wait:
             self.wait_for_traffic(timeout)
 
-    def _rank_label(self, node: str, job: str) -> str:
-        return f"{node}-worker" if len(self.topology.jobs) == 1 else f"{node}-{job}-worker"
-
     def _submit_job(self, job: str, members: tuple[str, ...], port: int, storage: str, mgmt: str) -> None:
         """Submit one training job to the lab's Slurm (sbatch, whose script sruns one rank per member), then
         record each rank once its pid file appears (the rank writes it, then execs the worker agent)."""
@@ -360,25 +357,14 @@ class Lab:
                 "--master-port", str(port), "--storage", storage, "--mgmt", mgmt])
             env = {"PYTHONPATH": _PKG_PARENT, "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": topo.interface(node),
                    "OMP_NUM_THREADS": "1"}
-            pidfile = self.paths.pid_dir / f"{self._rank_label(node, job)}.pid"
+            pidfile = self.paths.pid_dir / f"{node}-worker.pid"  # every worker is in one job (topology)
             pidfile.unlink(missing_ok=True)
             ranks[node] = (argv, env, pidfile)
-        sched.write_job(paths, job, ranks, self.paths.log_dir)
+        sched.write_job(paths, job, ranks)
         sched.run_client(topo.namespace("mgmt"), sched.sbatch_argv(paths, job, members, self.paths.log_dir), paths)
-        deadline = time.monotonic() + 60
-        waiting = dict(ranks)
-        while waiting:
-            for node, (argv, _env, pidfile) in list(waiting.items()):
-                text = pidfile.read_text().strip() if pidfile.exists() else ""
-                if text.isdigit():
-                    add_process(self.paths, ProcessRecord(int(text), self._rank_label(node, job), node, "traffic",
-                                                          tuple(argv)))
-                    del waiting[node]
-            if waiting and time.monotonic() > deadline:
-                raise LabError(f"Slurm did not start job {job}'s ranks on {sorted(waiting)} within 60s:\n"
-                               f"{_log_tail(self._log('slurmctld'))}")
-            if waiting:
-                time.sleep(0.05)
+        pids = sched.rank_pids(job, {n: r[2] for n, r in ranks.items()}, self._log("slurmctld"))
+        for node, pid in pids.items():
+            add_process(self.paths, ProcessRecord(pid, f"{node}-worker", node, "traffic", tuple(ranks[node][0])))
 
     def stop_traffic(self) -> None:
         """Stop every client (the ranks end, and with them their Slurm jobs)."""

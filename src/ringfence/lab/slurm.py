@@ -32,7 +32,9 @@ from ringfence.lab.topology import LabError, Topology
 BINARIES = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
             "squeue": "slurm-client", "sinfo": "slurm-client"}
 CTLD_PORT = 6817
-SLURMD_PORT = 6818
+#: Below 1024, outside every job's collective range (1024-65535): probe planning takes the lowest listening
+#: port in that range on a member as the job's rendezvous, and must keep finding gloo's, not slurmd's.
+SLURMD_PORT = 818
 #: CPUs each lab node declares (config_overrides: slurmd reports these, not the machine's), so several
 #: jobs' ranks fit on one node without oversubscription settings.
 NODE_CPUS = 8
@@ -158,8 +160,7 @@ def slurmd_argv(paths: SlurmPaths, node: str) -> list[str]:
     return ["slurmd", "-D", "-N", node, "-f", str(paths.conf)]
 
 
-def write_job(paths: SlurmPaths, job: str, ranks: dict[str, tuple[list[str], dict[str, str], Path]],
-              log_dir: Path) -> Path:
+def write_job(paths: SlurmPaths, job: str, ranks: dict[str, tuple[list[str], dict[str, str], Path]]) -> Path:
     """Write ``job``'s rank script (node → its argv, environment and pid file) and batch script; returns the
     batch script. Each rank writes its pid file, then *execs* its agent, so the pid is the agent's."""
     cases = []
@@ -183,6 +184,25 @@ def sbatch_argv(paths: SlurmPaths, job: str, nodes: tuple[str, ...], log_dir: Pa
     return ["sbatch", "--parsable", f"--job-name={job}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}",
             f"--nodelist={','.join(nodes)}", f"--output={log_dir / f'job-{job}-%j.log'}",
             f"--chdir={paths.root}", str(paths.batch_script(job))]
+
+
+def rank_pids(job: str, pidfiles: dict[str, Path], ctld_log: Path, *, timeout: float = 60.0) -> dict[str, int]:
+    """node → pid of ``job``'s rank there, read from the pid file each rank writes before it execs its agent
+    (polled: Slurm schedules and launches in its own time)."""
+    deadline = time.monotonic() + timeout
+    found: dict[str, int] = {}
+    while len(found) < len(pidfiles):
+        for node, pidfile in pidfiles.items():
+            text = pidfile.read_text().strip() if node not in found and pidfile.exists() else ""
+            if text.isdigit():
+                found[node] = int(text)
+        if len(found) < len(pidfiles):
+            if time.monotonic() > deadline:
+                tail = "\n".join(ctld_log.read_text(errors="replace").splitlines()[-8:]) if ctld_log.exists() else ""
+                raise LabError(f"Slurm did not start job {job}'s ranks on {sorted(set(pidfiles) - set(found))} "
+                               f"within {timeout:.0f}s:\n{tail}")
+            time.sleep(0.05)
+    return found
 
 
 def run_client(namespace: str, argv: list[str], paths: SlurmPaths, *, timeout: float = 30.0) -> str:
@@ -246,6 +266,8 @@ def end_job_steps(namespaces: Iterable[str], *, timeout: float = 10.0) -> set[in
     return left
 
 
-__all__ = ["BINARIES", "CTLD_PORT", "NODE_CPUS", "SLURMD_PORT", "SlurmPaths", "client_env", "end_job_steps",
-           "munged_argv", "prepare", "require_slurm", "run_client", "sbatch_argv", "slurmctld_argv", "slurmd_argv",
-           "wait_nodes_ready", "write_job"]
+__all__ = [
+    "BINARIES", "CTLD_PORT", "NODE_CPUS", "SLURMD_PORT", "SlurmPaths", "client_env", "end_job_steps", "munged_argv",
+    "prepare", "rank_pids", "require_slurm", "run_client", "sbatch_argv", "slurmctld_argv", "slurmd_argv",
+    "wait_nodes_ready", "write_job",
+]
