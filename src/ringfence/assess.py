@@ -32,6 +32,7 @@ from ringfence.evidence.report.performance import LayerPerformance, layers
 from ringfence.evidence.store import NewRecord
 from ringfence.facts import Loaded, load_many
 from ringfence.facts.interface import read_bytes
+from ringfence.jobs.interface import JobSpan
 from ringfence.observe.flows.registry import read_any
 from ringfence.observe.schema import FLOW_SCHEMA, Protection
 from ringfence.policy import Policy, load_policy
@@ -290,12 +291,15 @@ def assess(
     policy: Policy | None = None,
     fact_files: Sequence[FactsInput] = (),
     engine: EngineSpec | None = None,
+    jobs: Sequence[JobSpan] = (),
 ) -> AssessResult:
     """Run the whole assessment; write reports to ``output`` (if given) in ``formats``.
 
     ``fact_files`` are validated (strict schemas) and recorded, bytes and sha256, in the store before
     anything is judged; ``facts`` (for callers holding facts in memory) supplies the rest. ``engine``: where
-    the flow analysis (classification, matrix, per-class bytes) runs — DuckDB unless given. The flows,
+    the flow analysis (classification, matrix, per-class bytes) runs — DuckDB unless given. ``jobs``: the
+    scheduler's spans; flows are then attributed to the job and user holding each end's node at the time
+    (:func:`~ringfence.analyze.attribute.attribute_flows`), so findings name them. The flows,
     the facts and the clock are recorded so that :func:`assess_from_store` reproduces the judgement.
     """
     policy = policy or load_policy(policy_path)
@@ -318,7 +322,7 @@ def assess(
         flow_sources=tuple(base.flow_sources) + tuple(i.name for i in input_summaries),
         taken={**base.taken, **taken},
     )
-    results, classified = _judge(policy, gathered, flows, progress, engine)
+    results, classified = _judge(policy, gathered, flows, progress, engine, jobs)
     results = resolve_evidence(results, record_ids(store), fact_records)
     _record_findings(store, results)
     head = store.head()
@@ -337,9 +341,16 @@ def assess(
 
 
 def _judge(policy: Policy, facts: Facts, flows: pa.Table, progress: Progress,
-           engine: EngineSpec | None = None) -> tuple[list[ControlResult], pa.Table]:
+           engine: EngineSpec | None = None, jobs: Sequence[JobSpan] = ()) -> tuple[list[ControlResult], pa.Table]:
     progress(f"classifying {flows.num_rows} flows")
     classified = classify(flows, policy, engine=engine)
+    if jobs:
+        from ringfence.analyze.attribute import attribute_flows
+
+        progress(f"attributing flows to {len(jobs)} scheduler job spans")
+        # A span named like a policy job is that job (its membership rules apply); any other by its id.
+        names = {j.name for j in policy.jobs}
+        classified = attribute_flows(classified, jobs, label=lambda s: s.name if s.name in names else f"job {s.job}")
     flows_at = _flows_taken(flows)
     stamps = {**facts.taken, **({"flows": flows_at} if flows_at is not None else {})}
     progress("judging the ten control points")

@@ -55,6 +55,9 @@ def test_up_status_down_leaves_nothing() -> None:
         processes = [p for n in st.nodes for p in n.processes]
         assert sorted(p.label for p in processes if p.kind == "service") == [
             "external-replica", "mgmt-mgmt", "mgmt-sshd", "storage-storage"]
+        # the Slurm the training job runs under
+        assert sorted(p.label for p in processes if p.kind == "scheduler") == [
+            "mgmt-munged", "mgmt-slurmctld", "worker-0-slurmd", "worker-1-slurmd"]
         # the telemetry daemons: ulogd and conntrack in every namespace (the fabric's too), dnsmasq in mgmt
         recorded = read_state(lab.paths).processes
         points = ("fabric", *lab.topology.node_names())

@@ -152,7 +152,9 @@ def group_flows(classified: pa.Table, policy: Policy, *, engine: EngineSpec | No
     zone or not in the inventory at all), ``job_port`` (an end is a job member and the port lies in
     that job's collective range — what collective traffic looks like, approved or not).
     """
-    keys = ", ".join(f'"{k}"' for k in GROUPED_KEYS)
+    # the users of scheduler-attributed flows (assess --jobs) are kept so findings can name them
+    extra = tuple(k for k in ("src_user", "dst_user") if k in classified.column_names)
+    keys = ", ".join(f'"{k}"' for k in GROUPED_KEYS + extra)
     services = pa.table(
         {
             "idx": pa.array(range(len(policy.services)), pa.int32()),

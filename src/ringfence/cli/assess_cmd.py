@@ -46,15 +46,21 @@ def _run(args: argparse.Namespace) -> int:
     files = tuple(FactsInput(field, Path(p)) for dest, field in FACT_OPTIONS.items() for p in _paths(args, dest))
     formats = args.format or list(DEFAULT_FORMATS)
     if args.evidence:
-        if args.captures or files:
-            raise InputError("--evidence", "judges from the store alone: give no --captures or facts files with it")
+        if args.captures or files or args.jobs:
+            raise InputError("--evidence",
+                             "judges from the store alone: give no --captures, --jobs or facts files with it")
         result = assess_from_store(Path(args.policy), Path(args.evidence), output=output, formats=formats,
                                    progress=progress)
     elif not args.captures:
         raise InputError("--captures", "give the captures or flow logs to judge (or --evidence STORE)")
     else:
+        jobs: tuple[Any, ...] = ()
+        if args.jobs:
+            from ringfence.jobs import load_jobs
+
+            jobs = load_jobs([Path(p) for p in args.jobs]).spans()
         result = assess(Path(args.policy), [Path(p) for p in args.captures], store_dir=store, output=output,
-                        formats=formats, progress=progress, fact_files=files, engine=args.engine)
+                        formats=formats, progress=progress, fact_files=files, engine=args.engine, jobs=jobs)
     print_summary(result.assessment, Console(file=sys.stdout))
     for path in result.reports:
         err.print(f"wrote {path}")
@@ -90,6 +96,9 @@ def register(sub: Any) -> None:
                    help="node attestation verdicts and fabric probes from `ringfence attest verify --probe -o`")
     p.add_argument("--bench", action="append", metavar="FILE",
                    help="a budget-gate result from `ringfence bench compare --json -o` (repeatable: one per layer)")
+    p.add_argument("--jobs", nargs="+", metavar="FILE",
+                   help="scheduler records (squeue/sacct --json, jobcomp/filetxt, kubectl get pods -o json): "
+                        "flows are attributed to the job and user holding each node at the time")
     p.add_argument("--allow-unknown", action="store_true",
                    help="exit 0 even when controls are not proven (printed loudly; default: exit 3)")
     add_engine_argument(p)  # --engine duckdb|spark[=URL] (issue 12)

@@ -90,6 +90,9 @@ def flow_subject(row: Mapping[str, Any]) -> str:
 def who(row: Mapping[str, Any], side: str) -> str:
     """``node aux (zone workload)`` or ``address 8.8.8.8 (not in the inventory)``."""
     node, zone = row.get(f"{side}_node"), row.get(f"{side}_zone")
+    user = row.get(f"{side}_user")  # present when a scheduler attributed the flow (assess --jobs)
+    if node and user:
+        return f"node {node} (zone {zone}, {row.get(f'{side}_job')}, user {user})"
     if node:
         return f"node {node} (zone {zone})"
     ident = row.get(f"{side}_identity")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import ringfence
 from ringfence.errors import RingfenceError
 from ringfence.lab import netns, procs, sshd, telemetry, tpm
+from ringfence.lab import slurm as sched
 from ringfence.lab.capture import run_capture
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.state import (
@@ -149,6 +150,7 @@ class Lab:
         :meth:`wait_for_traffic`). On any failure, everything made so far is removed again.
         """
         netns.require_privileges()
+        sched.require_slurm()  # the training job runs under Slurm: say so before anything is built
         name = name or cls._fresh_name(root)
         topo = build_topology(name, workers, jobs)  # validates before anything is created
         paths = StatePaths(root, name)
@@ -157,7 +159,9 @@ class Lab:
         try:
             lab._build()
             lab.start_telemetry()
+            lab.start_scheduler(wait=False)  # the daemons initialise while the servers start
             lab.start_services()
+            lab.wait_for_scheduler()
             set_phase(paths, "up")
             if traffic:
                 lab.start_traffic(wait=wait, timeout=timeout)
@@ -197,14 +201,16 @@ class Lab:
         add_process(self.paths, ProcessRecord(pid, label, node, kind, tuple(argv)))
         return pid
 
-    def _agent(self, node: str, agent: str, kind: str, args: list[str], env: dict[str, str] | None = None) -> int:
+    def _agent_argv(self, node: str, agent: str, args: list[str]) -> list[str]:
         status_file = self.paths.status_dir / f"{node}-{agent}.json"
         status_file.unlink(missing_ok=True)  # a restarted agent must not look ready from its predecessor's file
         tls = read_state(self.paths).tls.get(node)
         tls_args = ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
-        argv = [sys.executable, "-m", f"ringfence.lab.agents.{agent}", "--status-file", str(status_file),
+        return [sys.executable, "-m", f"ringfence.lab.agents.{agent}", "--status-file", str(status_file),
                 *tls_args, *args]
-        return self._spawn(node, f"{node}-{agent}", kind, argv, env)
+
+    def _agent(self, node: str, agent: str, kind: str, args: list[str], env: dict[str, str] | None = None) -> int:
+        return self._spawn(node, f"{node}-{agent}", kind, self._agent_argv(node, agent, args), env)
 
     def _scheme(self, node: str) -> str:
         return "https" if node in read_state(self.paths).tls else "http"
@@ -332,6 +338,43 @@ class Lab:
     def fabric_executor(self) -> NamespaceExecutor:
         """An executor in the lab's fabric namespace, where its zones are bridged and routed."""
         return NamespaceExecutor("fabric", self.topology.fabric_namespace)
+    @property
+    def slurm(self) -> sched.SlurmPaths:
+        """Where this lab's Slurm keeps its configuration, key, sockets and state."""
+        return sched.SlurmPaths(self.paths.directory / "slurm")
+
+    def start_scheduler(self, *, wait: bool = True) -> None:
+        """Start the lab's Slurm: munged and slurmctld on mgmt, one ``slurmd -N NODE`` on every worker.
+
+        With ``wait``, returns once every node has registered (:meth:`wait_for_scheduler`).
+        """
+        topo, paths = self.topology, self.slurm
+        sched.prepare(topo, paths, self.paths.log_dir)
+        self._spawn("mgmt", "mgmt-munged", "scheduler", sched.munged_argv(paths, self.paths.log_dir))
+        deadline = time.monotonic() + 10
+        while not paths.munge_socket.exists():
+            if time.monotonic() > deadline:
+                raise LabError(f"munged did not create its socket:\n{_log_tail(self._log('mgmt-munged'))}")
+            time.sleep(0.02)
+        self._spawn("mgmt", "mgmt-slurmctld", "scheduler", sched.slurmctld_argv(paths))
+        for w in self._workers():
+            self._spawn(w, f"{w}-slurmd", "scheduler", sched.slurmd_argv(paths, w))
+        if wait:
+            self.wait_for_scheduler()
+
+    def _workers(self) -> list[str]:
+        return [n for n in self.topology.node_names() if n.startswith("worker-")]
+
+    def wait_for_scheduler(self) -> None:
+        """Block until slurmctld and every slurmd listen and every node has registered with the controller
+        (a job submitted then is scheduled at once)."""
+        workers = self._workers()
+        self._wait_listening({"mgmt": {sched.CTLD_PORT}, **{w: {sched.SLURMD_PORT} for w in workers}}, timeout=30)
+        sched.wait_nodes_ready(self.topology.namespace("mgmt"), self.slurm, workers)
+
+    def squeue_json(self) -> str:
+        """``squeue --json`` as run in the management node's namespace (the lab's controller)."""
+        return sched.run_client(self.topology.namespace("mgmt"), ["squeue", "--json"], self.slurm)
 
     def stop_services(self) -> None:
         """Stop the servers."""
@@ -369,15 +412,8 @@ class Lab:
         named = {n: telemetry.dns_name(topo, n) for n in ("storage", "mgmt")}
         fallback = [a for n, name in named.items() for a in ("--fallback-address", f"{name}={topo.address(n)}")]
         for job in topo.jobs:
-            master = topo.address(job.members[0])
-            for rank, node in enumerate(job.members):
-                self._agent(
-                    node, "worker", "traffic",
-                    ["--job", job.name, "--rank", str(rank), "--world", str(len(job.members)),
-                     "--master-addr", master, "--master-port", str(job.master_port),
-                     "--storage", f"{named['storage']}:8080", "--mgmt", f"{named['mgmt']}:8000", *fallback],
-                    env={"GLOO_SOCKET_IFNAME": topo.interface(node), "OMP_NUM_THREADS": "1"},
-                )
+            self._submit_job(job.name, job.members, job.master_port, f"{named['storage']}:8080",
+                             f"{named['mgmt']}:8000", fallback)
         self._agent("user", "user", "traffic", ["--mgmt", mgmt])
         ssh_dir = sshd.SshMaterial(self.paths.directory / "ssh")
         self._agent("jump", "jump", "traffic",
@@ -389,8 +425,30 @@ class Lab:
         if wait:
             self.wait_for_traffic(timeout)
 
+    def _submit_job(self, job: str, members: tuple[str, ...], port: int, storage: str, mgmt: str,
+                    extra: list[str] | None = None) -> None:
+        """Submit one training job to the lab's Slurm (sbatch, whose script sruns one rank per member), then
+        record each rank once its pid file appears (the rank writes it, then execs the worker agent)."""
+        topo, paths = self.topology, self.slurm
+        master = topo.address(members[0])
+        ranks: dict[str, tuple[list[str], dict[str, str], Path]] = {}
+        for rank, node in enumerate(members):
+            argv = self._agent_argv(node, "worker", [
+                "--job", job, "--rank", str(rank), "--world", str(len(members)), "--master-addr", master,
+                "--master-port", str(port), "--storage", storage, "--mgmt", mgmt, *(extra or [])])
+            env = {"PYTHONPATH": _PKG_PARENT, "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": topo.interface(node),
+                   "OMP_NUM_THREADS": "1"}
+            pidfile = self.paths.pid_dir / f"{node}-worker.pid"  # every worker is in one job (topology)
+            pidfile.unlink(missing_ok=True)
+            ranks[node] = (argv, env, pidfile)
+        sched.write_job(paths, job, ranks)
+        sched.run_client(topo.namespace("mgmt"), sched.sbatch_argv(paths, job, members, self.paths.log_dir), paths)
+        pids = sched.rank_pids(job, {n: r[2] for n, r in ranks.items()}, self._log("slurmctld"))
+        for node, pid in pids.items():
+            add_process(self.paths, ProcessRecord(pid, f"{node}-worker", node, "traffic", tuple(ranks[node][0])))
+
     def stop_traffic(self) -> None:
-        """Stop every client."""
+        """Stop every client (the ranks end, and with them their Slurm jobs)."""
         self._stop_kind({"traffic"})
 
     def agent_status(self) -> dict[str, dict[str, Any]]:
@@ -449,7 +507,7 @@ class Lab:
         Modules are started with this interpreter and this checkout on ``PYTHONPATH``: the namespaces
         share the file system, so the code the controller runs is the code the nodes run.
         """
-        env = {"PYTHONPATH": str(Path(ringfence.__file__).resolve().parents[1])}
+        env = {"PYTHONPATH": str(Path(ringfence.__file__).resolve().parents[1]), **sched.client_env(self.slurm)}
         hosts = {
             n: Host(n, self.topology.address(n), self.executor(n), python=(sys.executable,), env=env,
                     interface=str(self.topology.interface(n)))
@@ -579,16 +637,19 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
     # are recorded by the layers, under their own directory, which their command lines name.
     layer_marker, layer_pids = _layer_processes(name)
     ended, left = procs.stop(layer_pids, layer_marker)
-    by_kind = [{p.pid for p in records if p.kind != "service"}, {p.pid for p in records if p.kind == "service"}]
-    by_kind[1] |= set(pidfile_pids(paths)) - by_kind[0]
+    by_kind = [{p.pid for p in records if p.kind not in ("service", "scheduler")},
+               {p.pid for p in records if p.kind == "scheduler"}, {p.pid for p in records if p.kind == "service"}]
+    by_kind[2] |= set(pidfile_pids(paths)) - by_kind[0] - by_kind[1]
     stopped: list[int] = sorted(ended)
     leftovers: set[int] = set(left)
-    for group in by_kind:  # clients first, so servers do not log a storm of broken connections
+    spaces = set(state.namespaces if state else ())
+    spaces |= {ns for ns in netns.list_namespaces() if ns.startswith(f"{name}-")}
+    for i, group in enumerate(by_kind):  # clients first, so servers do not log a storm of broken connections
         ended, left = procs.stop(group, marker)
         leftovers |= left
         stopped += sorted(ended)
-    spaces = set(state.namespaces if state else ())
-    spaces |= {ns for ns in netns.list_namespaces() if ns.startswith(f"{name}-")}
+        if i == 0:  # the ranks have ended: their Slurm step daemons finish before the scheduler stops
+            stopped += sorted(sched.end_job_steps(spaces))
     # processes we did not record (none should exist) keep a deleted namespace alive: report, never kill
     strays = {pid for ns in spaces for pid in netns.namespace_pids(ns) if procs.is_alive(pid)}
     deleted = tuple(sorted(ns for ns in spaces if netns.delete_namespace(ns)))

@@ -42,7 +42,8 @@ class TlsPaths:
 
 @dataclass(frozen=True)
 class ProcessRecord:
-    """A process the lab started: ``kind`` is ``service``, ``traffic`` or ``capture``."""
+    """A process the lab started: ``kind`` is ``service``, ``scheduler`` (munged, slurmctld, slurmd),
+    ``traffic`` (clients, and the ranks Slurm started) or ``capture``."""
 
     pid: int
     label: str

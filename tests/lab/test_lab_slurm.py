@@ -1,0 +1,51 @@
+"""The lab's training job runs under a real Slurm: squeue --json in mgmt's namespace (through the executor, as
+on a real cluster) lists it with its nodes, and flows captured on the lab are attributed to it and its user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ringfence.analyze.attribute import attribute_flows
+from ringfence.jobs.live import squeue_spans
+from ringfence.jobs.slurm import parse_jobcomp, parse_squeue_json
+from ringfence.lab import Lab
+from ringfence.observe.flows.registry import read_any
+
+pytestmark = pytest.mark.privileged
+
+
+def test_squeue_in_mgmt_lists_the_training_job_with_its_nodes(lab: Lab) -> None:
+    (job,) = lab.status().jobs
+    spans = [s for s in squeue_spans(lab.site().host("mgmt")) if s.name == job.name and s.end is None]
+    assert len(spans) == 1, spans
+    assert spans[0].nodes == tuple(sorted(job.members)) and spans[0].user == "root"
+    # the same, run by hand in mgmt's namespace
+    assert [s.job for s in parse_squeue_json(lab.squeue_json(), "squeue") if s.name == job.name] == [spans[0].job]
+
+
+def test_captured_flows_are_attributed_to_the_slurm_job_and_its_user(lab: Lab, lab_capture: Path) -> None:
+    (job,) = lab.status().jobs
+    # the job that ran during the capture: still running, or (restarted by an earlier test) finished and
+    # kept by squeue for MinJobAge, and by jobcomp/filetxt for ever
+    spans = list(squeue_spans(lab.site().host("mgmt")))
+    if lab.slurm.jobcomp.exists():
+        spans += parse_jobcomp(lab.slurm.jobcomp.read_bytes(), str(lab.slurm.jobcomp))
+    flows = read_any(lab_capture).flows
+    nodes = {n.addresses[0]: n.name for n in lab.status().nodes}
+    out = attribute_flows(flows, spans, nodes).to_pylist()
+    members = {lab.topology.address(m) for m in job.members}
+    collective = [r for r in out if r["src"] in members and r["dst"] in members and r["protocol"] == "gloo"]
+    storage = [r for r in out if r["src"] in members and r["dport"] == 8080]
+    assert collective and storage
+    by_id = {s.job: s for s in spans}
+    for r in collective + storage:
+        span = by_id[r["src_job"]]
+        assert span.name == job.name and set(span.nodes) == set(job.members) and r["src_user"] == "root"
+        assert span.start <= r["first_seen"] and (span.end is None or r["first_seen"] < span.end)
+    assert all(r["dst_job"] == r["src_job"] and r["dst_user"] == "root" for r in collective)
+    assert all(r["dst_job"] is None for r in storage)  # the storage node runs no job
+    # nodes outside every job (user, jump, aux) get none
+    others = {lab.topology.address(n) for n in ("user", "jump", "aux")}
+    assert all(r["src_job"] is None for r in out if r["src"] in others)
