@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-len", type=int, default=65536, help="largest input libFuzzer makes (bytes)")
     ap.add_argument("--hang-s", type=float, default=1.0, help="an input over this much CPU time is a hang")
+    ap.add_argument("--jobs", type=int, default=1, help="targets run at once (default 1: one campaign process)")
     ap.add_argument("--list", action="store_true", help="print the target names and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -200,13 +202,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = args.target or list(entries())
     rows = []
-    for name in names:
-        row = run_target(name, args)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # threads only wait on the children
+        for row in pool.map(lambda name: run_target(name, args), names):
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
             "cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg(),
-            "runs_per_target": args.runs, "seconds_per_target": args.seconds, "command": " ".join(sys.argv)}
+            "runs_per_target": args.runs, "seconds_per_target": args.seconds, "jobs": args.jobs,
+            "command": " ".join(sys.argv)}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "targets": rows}, indent=1) + "\n")
     print("\n| target | inputs | inputs/s | edges | crashes | hangs | slowest input (CPU s) | peak RSS (MB) "
           "| wall (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -39,11 +39,12 @@ class Entry:
     seed_files: tuple[Path, ...]
     one: Callable[[bytes], object]
     full: Callable[[bytes], object] | None = None
-    made_seeds: tuple[bytes, ...] = field(default=())
+    #: Seeds made by the project's own code, made when asked (so a child builds only its own target's).
+    made: Callable[[], tuple[bytes, ...]] = field(default=tuple)
 
     def seeds(self) -> list[bytes]:
         """Every seed's bytes (files read now, in place)."""
-        return [p.read_bytes() for p in self.seed_files] + list(self.made_seeds)
+        return [p.read_bytes() for p in self.seed_files] + list(self.made())
 
 
 def _glob(base: Path, pattern: str, limit: int = 64) -> tuple[Path, ...]:
@@ -179,6 +180,7 @@ _ZEEK_JSON = (
 )
 
 
+@cache
 def _facts_seeds() -> dict[str, bytes]:
     """A valid document of each facts kind: the ones tests/facts proves its verbs write, and a bench comparison.
 
@@ -201,6 +203,13 @@ def _facts_seeds() -> dict[str, bytes]:
     return seeds
 
 
+_FACTS_KINDS = ("bench", "changes", "containment", "keys", "probes", "ruleset")
+
+
+def _facts_seed(kind: str) -> Callable[[], tuple[bytes, ...]]:
+    return lambda: (_facts_seeds()[kind],)
+
+
 @cache
 def entries() -> dict[str, Entry]:
     """Every entry, by name (explicit: one per parser, flow format and facts kind)."""
@@ -211,7 +220,7 @@ def entries() -> dict[str, Entry]:
         Entry("pcap", pcaps, _pcap_framing, _reader("pcap", ".pcap")),
         Entry("pcapng", _glob(tcpdump, "*.pcapng"), _pcap_framing, _reader("pcap", ".pcapng")),
         Entry("zeek-tsv", _glob(SAMPLES / "zeek", "*.log"), _zeek_framing, _reader("zeek", ".log")),
-        Entry("zeek-json", (), _zeek_framing, _reader("zeek", ".json"), (_ZEEK_JSON,)),
+        Entry("zeek-json", (), _zeek_framing, _reader("zeek", ".json"), lambda: (_ZEEK_JSON,)),
         Entry("vpc", _glob(SAMPLES / "vpc", "*.log"), _reader("vpc", ".log")),
         Entry("hubble", _glob(SAMPLES / "hubble", "*.json"), _reader("hubble", ".json")),
         Entry("netflow-v5", _glob(netflow, "netflow5*.dat"), _netflow, _reader("ipfix", ".dat")),
@@ -220,9 +229,9 @@ def entries() -> dict[str, Entry]:
         Entry("policy", _glob(ROOT / "examples", "*.yaml"), _policy),
         Entry("nccl-text", _glob(SAMPLES / "nccl-tests", "*.txt") + _glob(assets, "*.txt"), _nccl(False)),
         Entry("nccl-json", _glob(assets, "*.json"), _nccl(True)),
-        Entry("bench-run", (), _bench_run, None, _run_seed()),
-        *(Entry(f"facts-{kind}", (), _facts(kind), None, (seed,)) for kind, seed in sorted(_facts_seeds().items())),
-        Entry("evidence-verify", (), _evidence, None, (_evidence_seed(),)),
+        Entry("bench-run", (), _bench_run, None, _run_seed),
+        *(Entry(f"facts-{kind}", (), _facts(kind), None, _facts_seed(kind)) for kind in _FACTS_KINDS),
+        Entry("evidence-verify", (), _evidence, None, lambda: (_evidence_seed(),)),
     ]
     return {e.name: e for e in found}
 
@@ -231,7 +240,7 @@ def written_seeds(entry: Entry, directory: Path) -> list[Path]:
     """The entry's seed files: its shared files in place, its made seeds written under ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     made = []
-    for i, data in enumerate(entry.made_seeds):
+    for i, data in enumerate(entry.made()):
         path = directory / f"made-{i}"
         path.write_bytes(data)
         made.append(path)
