@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
+from fuzz_entries import FULL_EVERY, Entry, entries, tokens_dictionary, written_seeds  # noqa: E402 - the tests' kit
+
 #: Kept per failure signature: a few reproducers, not thousands.
 KEEP_PER_SIGNATURE = 3
 #: libFuzzer's wall-clock backstop for an input that never returns (the CPU-time check catches the rest).
@@ -53,12 +55,26 @@ class Recorder:
         out.mkdir(parents=True, exist_ok=True)
         self.counts: dict[str, int] = {}
         self.crashes = self.hangs = 0
-        self.slowest = 0.0
+        self.slowest = self._written = 0.0
+        self.inputs: dict[str, int] = {}
+        self._last = time.monotonic()
+        self._write()
+
+    def tried(self, name: str) -> int:
+        """Count one input of target ``name`` (counts.json at most once a second); its number."""
+        n = self.inputs[name] = self.inputs.get(name, 0) + 1
+        if time.monotonic() - self._last > 1.0:
+            self._write()
+        return n
+
+    def flush(self) -> None:
+        """Write counts.json now (at the end of a multiplexed run)."""
         self._write()
 
     def _write(self) -> None:
+        self._last = time.monotonic()
         doc = {"crashes": self.crashes, "hangs": self.hangs, "signatures": self.counts,
-               "slowest_input_cpu_s": round(self.slowest, 3)}
+               "slowest_input_cpu_s": round(self.slowest, 4), "inputs_by_target": self.inputs}
         (self.out / "counts.json").write_text(json.dumps(doc, indent=1) + "\n")
 
     def failure(self, kind: str, signature: str, data: bytes, detail: str) -> None:
@@ -76,64 +92,103 @@ class Recorder:
         self._write()
 
     def timed(self, cpu_s: float) -> None:
-        """Note an input's CPU time (the slowest is reported; a new maximum is written out)."""
+        """Note an input's CPU time: the slowest is reported, so a new maximum is written out once it is
+        10 % over the last one written (a handful of writes a run: libFuzzer's exit skips Python's atexit)."""
         if cpu_s > self.slowest:
             self.slowest = cpu_s
-            if cpu_s > 0.05:
+            if cpu_s > 1.1 * self._written:
+                self._written = cpu_s
                 self._write()
 
 
+#: The child name of the multiplexed run: every target in one process, the input's first byte picking one.
+MUX = "all"
+
+
+def _seed_list(entries: list[Entry], corpus: Path, name: str) -> Path:
+    """The ``-seed_inputs`` list file: shared seeds in place, made ones (or, multiplexed, prefixed ones) written."""
+    if len(entries) == 1:
+        paths = written_seeds(entries[0], corpus / f"{name}.made")
+    else:  # each seed behind the byte that selects its target: these are generated files, under the corpus
+        made = corpus / f"{name}.made"
+        made.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for i, entry in enumerate(entries):
+            for j, seed in enumerate(entry.seeds()):
+                paths.append(made / f"{entry.name}-{j}")
+                paths[-1].write_bytes(bytes([i]) + seed[: 1 << 16])
+    listing = corpus / f"{name}.seeds"
+    listing.write_text(",".join(str(p) for p in paths))
+    return listing
+
+
 def child(args: argparse.Namespace) -> int:
-    """Fuzz one target with atheris in this process (never returns when libFuzzer runs)."""
+    """Fuzz one target (or, for :data:`MUX`, all of them) with atheris in this process; never returns."""
     import atheris
 
     with atheris.instrument_imports(include=["ringfence"]):
-        from fuzz_entries import FULL_EVERY, entries, tokens_dictionary, written_seeds
-
         from ringfence.errors import RingfenceError
 
-        entry = entries()[args.child]
-        seeds = entry.seeds()
-        for call in (entry.one, entry.full):  # import every module the target uses while instrumenting
-            for seed in seeds[:3]:
+        table = entries()
+        chosen = list(table.values()) if args.child == MUX else [table[args.child]]
+        for entry in chosen:  # import every module the targets use while instrumenting
+            for call, seed in [(c, s) for c in (entry.one, entry.full) if c is not None for s in entry.seeds()[:3]]:
                 try:
-                    if call is not None:
-                        call(seed)
+                    call(seed)
                 except RingfenceError:
                     pass
-    expected: tuple[type[BaseException], ...] = (RingfenceError, OSError) if entry.name == "evidence-verify" else (
-        RingfenceError,)
-    out = args.out / entry.name
+    # verify_store's documented error is OSError; every other parser's is a RingfenceError.
+    expected = {e.name: (RingfenceError, OSError) if e.name == "evidence-verify" else (RingfenceError,) for e in chosen}
+    out = args.out / args.child
     rec = Recorder(out)
-    corpus = args.corpus / entry.name
+    corpus = args.corpus / args.child
     corpus.mkdir(parents=True, exist_ok=True)
-    seed_list = args.corpus / f"{entry.name}.seeds"
-    seed_list.write_text(",".join(str(p) for p in written_seeds(entry, args.corpus / f"{entry.name}.made")))
+    seed_list = _seed_list(chosen, args.corpus, args.child)
     dictionary = args.corpus / "tokens.dict"
     dictionary.write_text(tokens_dictionary())
-    count = [0]
+
+    n_seeds = len(seed_list.read_text().split(","))
+    began = [0.0]
 
     def one_input(data: bytes) -> None:
-        count[0] += 1
+        if len(chosen) > 1:
+            # Multiplexed, the budget is kept here: libFuzzer's exit skips Python, so the per-target
+            # counts are written and the process ends from inside (libFuzzer's limits stay as backstops).
+            # The clock starts once the seeds have run, so every target gets its seeds and then its share.
+            total = sum(rec.inputs.values())
+            if total == n_seeds:
+                began[0] = time.monotonic()
+            spent = args.seconds > 0 and total > n_seeds and time.monotonic() - began[0] > args.seconds
+            if total >= args.runs or spent:
+                rec.flush()
+                print(f"budget spent: {sum(rec.inputs.values())} inputs", file=sys.stderr, flush=True)
+                os._exit(0)
+            if not data:
+                return
+            entry, data = chosen[data[0] % len(chosen)], data[1:]
+        else:
+            entry = chosen[0]
+        tried = rec.tried(entry.name)
         start = time.process_time()
         try:
             entry.one(data)
-            if entry.full is not None and count[0] % FULL_EVERY == 0:
+            if entry.full is not None and tried % FULL_EVERY == 0:
                 entry.full(data)
-        except expected:
+        except expected[entry.name]:
             pass
         except Exception as exc:  # the campaign looks for exactly these: any foreign exception is a crash
-            rec.failure("crash", _signature(exc), data, "".join(traceback.format_exception(exc))[-4000:])
+            where = f"{entry.name}: " if len(chosen) > 1 else ""
+            rec.failure("crash", where + _signature(exc), data, "".join(traceback.format_exception(exc))[-4000:])
         spent = time.process_time() - start
         rec.timed(spent)
         if spent > args.hang_s:
-            rec.failure("hang", f"over {args.hang_s} s of CPU", data, f"{spent:.2f} s of CPU")
+            rec.failure("hang", f"{entry.name}: over {args.hang_s} s of CPU", data, f"{spent:.2f} s of CPU")
 
     flags = [sys.argv[0], str(corpus), f"-seed_inputs=@{seed_list}", f"-dict={dictionary}",
              f"-max_len={args.max_len}", f"-timeout={BACKSTOP_S}", f"-rss_limit_mb={RSS_LIMIT_MB}",
              f"-artifact_prefix={out}/", "-print_final_stats=1", f"-seed={args.seed}", f"-runs={args.runs}"]
     if args.seconds > 0:
-        flags.append(f"-max_total_time={int(args.seconds)}")
+        flags.append(f"-max_total_time={int(args.seconds) + (60 if len(chosen) > 1 else 0)}")
     atheris.Setup(flags, one_input)
     atheris.Fuzz()
     return 0
@@ -170,6 +225,9 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, object]:
     counts_path = args.out / name / "counts.json"
     counts = json.loads(counts_path.read_text()) if counts_path.is_file() else {"crashes": 1, "hangs": 0}
     row.update(counts)
+    if counts.get("inputs_by_target") and not row["inputs"]:  # a multiplexed run ends itself, before libFuzzer's stats
+        row["inputs"] = sum(counts["inputs_by_target"].values())
+    row["inputs_per_cpu_s"] = round(int(str(row["inputs"])) / max(usage.ru_utime + usage.ru_stime, 1e-3))
     if proc.returncode != 0:  # libFuzzer stopped it (a backstop: timeout, out of memory) or it died
         artifacts = sorted(p.name for p in (args.out / name).glob("*-*") if not p.name.endswith((".bin", ".txt")))
         row["stopped"] = (re.findall(r"==\d+== ERROR: (.*)", text) or text.strip().splitlines()[-1:] or ["died"])[0]
@@ -190,17 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-len", type=int, default=65536, help="largest input libFuzzer makes (bytes)")
     ap.add_argument("--hang-s", type=float, default=1.0, help="an input over this much CPU time is a hang")
     ap.add_argument("--jobs", type=int, default=1, help="targets run at once (default 1: one campaign process)")
+    ap.add_argument("--mux", action="store_true",
+                    help=f"every target in one process ({MUX!r}), the first byte picking one: one start-up, for CI")
     ap.add_argument("--list", action="store_true", help="print the target names and exit")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args)
-    from fuzz_entries import entries
-
     if args.list:
         print("\n".join(entries()))
         return 0
-    names = args.target or list(entries())
+    names = [MUX] if args.mux else args.target or list(entries())
     rows = []
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # threads only wait on the children
         for row in pool.map(lambda name: run_target(name, args), names):
@@ -211,11 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             "runs_per_target": args.runs, "seconds_per_target": args.seconds, "jobs": args.jobs,
             "command": " ".join(sys.argv)}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "targets": rows}, indent=1) + "\n")
-    print("\n| target | inputs | inputs/s | edges | crashes | hangs | slowest input (CPU s) | peak RSS (MB) "
-          "| wall (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| target | inputs | inputs per CPU s | edges | crashes | hangs | slowest input (CPU s) | peak RSS (MB) "
+          "| CPU (s) | wall (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['target']} | {r['inputs']:,} | {r['inputs_per_s']:,} | {r['edges']} | {r['crashes']} | "
-              f"{r['hangs']} | {r.get('slowest_input_cpu_s', '-')} | {r['peak_rss_mb']} | {r['wall_s']} |")
+        print(f"| {r['target']} | {r['inputs']:,} | {r['inputs_per_cpu_s']:,} | {r['edges']} | {r['crashes']} | "
+              f"{r['hangs']} | {r.get('slowest_input_cpu_s', '-')} | {r['peak_rss_mb']} | {r['cpu_s']} | "
+              f"{r['wall_s']} |")
     return 1 if any(r["crashes"] or r["hangs"] for r in rows) else 0
 
 
