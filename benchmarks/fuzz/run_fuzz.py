@@ -30,7 +30,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 
-from fuzz_entries import FULL_EVERY, Entry, entries, tokens_dictionary, written_seeds  # noqa: E402 - the tests' kit
+from fuzz_entries import (  # noqa: E402 - the kit lives with the tests
+    FULL_EVERY,
+    Entry,
+    entries,
+    remove_scratch,
+    tokens_dictionary,
+    written_seeds,
+)
 
 #: Kept per failure signature: a few reproducers, not thousands.
 KEEP_PER_SIGNATURE = 3
@@ -217,6 +224,7 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, object]:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
+    remove_scratch(proc.pid)
     wall = time.monotonic() - start
     text = log_path.read_text(errors="replace")
     row: dict[str, object] = {"target": name, **_final_stats(text), "wall_s": round(wall, 1),

@@ -14,9 +14,11 @@ the project writes); :func:`written_seeds` puts the made ones under an ignored d
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +55,15 @@ def _glob(base: Path, pattern: str, limit: int = 64) -> tuple[Path, ...]:
 
 
 # --- the calls ---------------------------------------------------------------------------------------
+
+
+def remove_scratch(pid: int) -> None:
+    """Remove process ``pid``'s scratch files (run by the runner after each child: libFuzzer's exit skips atexit)."""
+    for path in SCRATCH.glob(f"rf-fuzz-{pid}-*"):
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+atexit.register(remove_scratch, os.getpid())  # for the test processes, which exit normally
 
 
 def _scratch_file(name: str, data: bytes) -> Path:
@@ -148,7 +159,8 @@ def _store() -> Path:
     """A small real evidence store in scratch space; its log is the seed and its head stays fixed."""
     from ringfence.evidence.store import EvidenceStore
 
-    where = Path(tempfile.mkdtemp(prefix="rf-fuzz-ev-", dir=SCRATCH))
+    where = SCRATCH / f"rf-fuzz-{os.getpid()}-store"
+    shutil.rmtree(where, ignore_errors=True)
     store = EvidenceStore.open(where / "ev", key=where / "key")
     store.append("observation", "fuzz", "lab", {"flows": 3, "nodes": ["a", "b"]}, {"in": "0" * 64})
     store.append("observation", "fuzz", "lab", {"ok": True, "n": [1.5, -2, None]})
@@ -258,4 +270,4 @@ def tokens_dictionary() -> str:
     return "\n".join(quote(t) for t in keep) + "\n"
 
 
-__all__ = ["FULL_EVERY", "SCRATCH", "Entry", "entries", "tokens_dictionary", "written_seeds"]
+__all__ = ["FULL_EVERY", "SCRATCH", "Entry", "entries", "remove_scratch", "tokens_dictionary", "written_seeds"]
