@@ -4,8 +4,9 @@ A target passes an input when the reader returns, or raises a :class:`RingfenceE
 error, exit 2). Anything else is a crash; an input that runs past :data:`HANG_S` is a hang. The
 corpus is seeded from ``../shared`` captures and samples and the project's own examples; the
 mutator knows both bytes (flips, interesting values, cuts, splices) and text (numbers, brackets,
-aliases, bad UTF-8). Used by ``tests/fuzz`` (small fixed budget, every ``make test``) and by
-``benchmarks/fuzz/run_fuzz.py`` (``make fuzz``, long runs, recorded in BENCHMARKS.md).
+aliases, bad UTF-8). Used by ``tests/fuzz/test_fuzz_targets.py`` (a small fixed budget, every
+``make test``: the whole public readers, through a file). The long coverage-guided campaign
+(``make fuzz``) calls the parsers in memory instead: see ``fuzz_entries`` and BENCHMARKS.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every parser survives mutated real inputs: a result or a clear error, never a crash or a hang.
 
-A small fixed budget per target runs in every ``make test``; ``make fuzz`` runs the same targets
-for long (see benchmarks/fuzz/run_fuzz.py and BENCHMARKS.md).
+A small fixed budget per target runs in every ``make test``, each input through a file and the whole
+public reader; ``make fuzz`` is the long coverage-guided campaign (test_fuzz_campaign.py, BENCHMARKS.md).
 """
 
 from __future__ import annotations
