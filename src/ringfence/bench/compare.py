@@ -145,6 +145,7 @@ class Comparison:
     baseline_repeats: int
     candidate_repeats: int
     method: str = field(default="median over repeats; two-level bootstrap CI (repeats, then iterations)")
+    load: tuple[dict[str, Any], ...] = ()  # the paired gate's host load beside each pair (bench.paired)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (for ``--output`` and the evidence store)."""
@@ -156,6 +157,7 @@ class Comparison:
             "candidate": {"label": self.candidate_label, "repeats": self.candidate_repeats},
             "budget": self.budget.to_dict(),
             "method": self.method,
+            **({"load": list(self.load)} if self.load else {}),
             "sizes": [{"size": s.size, "verdict": s.verdict.value, "busbw": s.busbw.to_dict(), "p99": s.p99.to_dict()}
                       for s in self.sizes],
         }
