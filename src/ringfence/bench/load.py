@@ -37,11 +37,14 @@ class LoadError(RingfenceError):
 
 @dataclass(frozen=True)
 class LoadSample:
-    """One reading of a host: the 1-minute load average and the cumulative CPU jiffies (busy, total)."""
+    """One reading of a host: the 1-minute load average, the cumulative CPU jiffies (busy, total), and the
+    runnable tasks other than the reader itself (``procs_running`` − 1) on ``cpus`` CPUs."""
 
     loadavg1: float
     busy: int
     total: int
+    running: int = 0
+    cpus: int = 1
 
 
 def parse_proc(text: str, where: str = "/proc") -> LoadSample:
@@ -57,10 +60,13 @@ def parse_proc(text: str, where: str = "/proc") -> LoadSample:
         f = [int(x) for x in cpu.split()[1:]]
         user, nice, system, idle, iowait, irq, softirq = f[:7]
         steal = f[7] if len(f) > 7 else 0
+        running = next((int(line.split()[1]) for line in lines if line.startswith("procs_running ")), 1)
     except (IndexError, ValueError, StopIteration) as exc:
         raise LoadError(f"{where}: not /proc/loadavg + /proc/stat output ({exc!r})") from exc
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
     busy = user + nice + system + irq + softirq + steal
-    return LoadSample(loadavg1, busy, busy + idle + iowait)
+    # procs_running counts the `cat` reading it: the others are one fewer
+    return LoadSample(loadavg1, busy, busy + idle + iowait, max(running - 1, 0), max(cpus, 1))
 
 
 def busy_fraction(a: LoadSample, b: LoadSample) -> float | None:
@@ -81,6 +87,8 @@ class RepeatLoad:
     during: float | None
     loadavg_start: float
     loadavg_end: float
+    runnable: float | None = None  # others' tasks ready to run, the mean of the readings around the repeat
+    cpus: int = 1
 
     @property
     def ambient(self) -> float | None:
@@ -88,11 +96,20 @@ class RepeatLoad:
         seen = [x for x in (self.ambient_before, self.ambient_after) if x is not None]
         return max(seen) if seen else None
 
+    @property
+    def share(self) -> float | None:
+        """The CPU share one more task could expect beside the others' runnable tasks: min(1, cpus / (n + 1)).
+
+        On a saturated host the busy share reads 100 % whatever else starts; the run queue still tells a hog
+        joining 16 runnable tasks (1/18 of the machine) from one joining none.
+        """
+        return None if self.runnable is None else min(1.0, self.cpus / (self.runnable + 1.0))
+
     def to_dict(self) -> dict[str, float | str | None]:
         """JSON-able form (for the gate's evidence)."""
         return {"node": self.node, "ambient_before": self.ambient_before, "ambient_after": self.ambient_after,
                 "ambient": self.ambient, "during": self.during, "loadavg_start": self.loadavg_start,
-                "loadavg_end": self.loadavg_end}
+                "loadavg_end": self.loadavg_end, "runnable": self.runnable, "cpus": self.cpus, "share": self.share}
 
 
 class LoadProbe(Protocol):

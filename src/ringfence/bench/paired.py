@@ -11,7 +11,9 @@ share the machine's state, and the gate judges the **paired log-ratios** d_i = l
 - load: the ambient CPU busy share a (:mod:`ringfence.bench.load`) beside each arm bounds how much
   of d_i the load could explain. For a CPU-bound collective the worst case is a throughput in
   proportion to the free CPU, so a pair whose arms saw a_A and a_B may be off by up to
-  e_i = |log((1 − a_B)/(1 − a_A))|. The interval's ends are taken over d_i − e_i and d_i + e_i (the
+  e_i = |log((1 − a_B)/(1 − a_A))| — or, on a saturated host where busy reads 100 % throughout, by the
+  ratio of the CPU shares the run queue leaves (:attr:`~ringfence.bench.load.RepeatLoad.share`),
+  whichever is larger. The interval's ends are taken over d_i − e_i and d_i + e_i (the
   median of shifted values is bounded by the shifted medians), so a load move only ever *widens*
   the interval: it can turn an answer into ``inconclusive``, never into a ``fail`` or a ``pass``.
 
@@ -69,15 +71,21 @@ class PairLoad:
 
 
 def load_slack(pair: PairLoad) -> float | None:
-    """e_i: the largest log-ratio the ambient-load move between the arms could explain (None: not observed)."""
-    base = {x.node: x.ambient for x in pair.baseline}
-    cand = {x.node: x.ambient for x in pair.candidate}
+    """e_i: the largest log-ratio the load move between the arms could explain (None: not observed).
+
+    Two readings of the same move, the larger counts: the ambient busy share (an idle host that got a
+    hog) and the run queue's expected CPU share (a saturated host, where busy stays at 100 %).
+    """
+    base = {x.node: x for x in pair.baseline}
+    cand = {x.node: x for x in pair.candidate}
     worst: float | None = None
     for node in base.keys() & cand.keys():
         a, b = base[node], cand[node]
-        if a is None or b is None:
+        if a.ambient is None or b.ambient is None:
             return None
-        e = abs(math.log((1 - min(b, _MAX_AMBIENT)) / (1 - min(a, _MAX_AMBIENT))))
+        e = abs(math.log((1 - min(b.ambient, _MAX_AMBIENT)) / (1 - min(a.ambient, _MAX_AMBIENT))))
+        if a.share is not None and b.share is not None:
+            e = max(e, abs(math.log(b.share / a.share)))
         worst = e if worst is None else max(worst, e)
     return worst
 

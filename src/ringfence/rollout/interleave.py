@@ -72,7 +72,9 @@ def _merge(runs: Sequence[BenchRun]) -> BenchRun:
 def _loads(node_samples: Sequence[dict[str, LoadSample]], nodes: Sequence[str]) -> tuple[RepeatLoad, ...]:
     s0, s1, s2, s3 = node_samples
     return tuple(RepeatLoad(n, busy_fraction(s0[n], s1[n]), busy_fraction(s2[n], s3[n]),
-                            busy_fraction(s1[n], s2[n]), s1[n].loadavg1, s2[n].loadavg1) for n in nodes)
+                            busy_fraction(s1[n], s2[n]), s1[n].loadavg1, s2[n].loadavg1,
+                            # s1 is read just before the repeat starts, s2 as it ends: none of ours runs then
+                            sum(s[n].running for s in (s0, s1, s2, s3)) / 4.0, s1[n].cpus) for n in nodes)
 
 
 def run_interleaved(bench: Benchmarker, layer: CollectiveLayer, nodes: Sequence[str], pairs: int,
