@@ -38,9 +38,9 @@ from ringfence.bench.compare import (
     MetricCheck,
     NotComparable,
     SizeComparison,
-    _decide,
-    _worst,
+    decide,
     human_size,
+    worst,
 )
 from ringfence.bench.load import RepeatLoad
 from ringfence.bench.run import BenchRun, SizeResult, config_differences
@@ -78,7 +78,7 @@ def load_slack(pair: PairLoad) -> float | None:
     """
     base = {x.node: x for x in pair.baseline}
     cand = {x.node: x for x in pair.candidate}
-    worst: float | None = None
+    most: float | None = None
     for node in base.keys() & cand.keys():
         a, b = base[node], cand[node]
         if a.ambient is None or b.ambient is None:
@@ -86,8 +86,8 @@ def load_slack(pair: PairLoad) -> float | None:
         e = abs(math.log((1 - min(b.ambient, _MAX_AMBIENT)) / (1 - min(a.ambient, _MAX_AMBIENT))))
         if a.share is not None and b.share is not None:
             e = max(e, abs(math.log(b.share / a.share)))
-        worst = e if worst is None else max(worst, e)
-    return worst
+        most = e if most is None else max(most, e)
+    return most
 
 
 def _busbw_draws(results: Sequence[SizeResult], pick: np.ndarray, world: int,
@@ -129,8 +129,8 @@ def _metric(metric: str, size: int, d_draws: np.ndarray, point: float, slack: np
             return Interval((1 - mid) * 100, (1 - hi) * 100, (1 - lo) * 100)
         return Interval((mid - 1) * 100, (lo - 1) * 100, (hi - 1) * 100)
 
-    verdict, reason = _decide(change(wide), limit, metric, size, conf)
-    free_verdict, _ = _decide(change(free), limit, metric, size, conf)
+    verdict, reason = decide(change(wide), limit, metric, size, conf)
+    free_verdict, _ = decide(change(free), limit, metric, size, conf)
     by_load = verdict is GateVerdict.INCONCLUSIVE and free_verdict is not GateVerdict.INCONCLUSIVE
     if by_load:
         f = change(free)
@@ -163,7 +163,7 @@ def _check_size(size: int, base: Sequence[SizeResult], cand: Sequence[SizeResult
                               budget, median([p for p in bp if p is not None]),
                               median([p for p in cp if p is not None]))
         by_load = by_load or p_load
-    return SizeComparison(size, bw, p99, _worst([bw.verdict, p99.verdict])), by_load
+    return SizeComparison(size, bw, p99, worst([bw.verdict, p99.verdict])), by_load
 
 
 def compare_paired(baseline: BenchRun, candidate: BenchRun, loads: Sequence[PairLoad],
@@ -195,17 +195,17 @@ def compare_paired(baseline: BenchRun, candidate: BenchRun, loads: Sequence[Pair
         row, by_load = _check_size(s, base, cand, slack, baseline.config.world_size, budget, rng)
         rows.append(row)
         load_made_it = load_made_it or by_load
-    verdict = _worst([r.verdict for r in rows])
+    verdict = worst([r.verdict for r in rows])
     checks = [c for r in rows for c in (r.busbw, r.p99)]
     fails = sorted((c for c in checks if c.verdict is GateVerdict.FAIL),
                    key=lambda c: (c.metric != "busbw", -(c.change_pct.low if c.change_pct else 0.0)))
     unsure = [c for c in checks if c.verdict is GateVerdict.INCONCLUSIVE]
     reasons = [c.reason for c in fails] + [c.reason for c in unsure]
     if load_made_it and verdict is GateVerdict.INCONCLUSIVE:
-        worst = int(np.argmax(slack))
-        reasons.insert(0, f"the host load moved more than the budget can resolve: in pair {worst + 1} of {n} it "
-                          f"could explain a {(math.exp(float(slack[worst])) - 1) * 100:.0f} % change "
-                          f"({_ambient_text(loads[worst])}); rerun the interleaved benchmark on a quieter machine")
+        at = int(np.argmax(slack))
+        reasons.insert(0, f"the host load moved more than the budget can resolve: in pair {at + 1} of {n} it "
+                          f"could explain a {(math.exp(float(slack[at])) - 1) * 100:.0f} % change "
+                          f"({_ambient_text(loads[at])}); rerun the interleaved benchmark on a quieter machine")
     if unobserved:
         reasons.append("the host load was not observed beside every repeat: the interval is not widened for it")
     c_wrong, b_wrong = candidate.wrong_total(), baseline.wrong_total()
