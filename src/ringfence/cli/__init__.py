@@ -35,6 +35,7 @@ VERBS: dict[str, str] = {
     "lab": "ringfence.cli.lab_cmd",
     "evidence": "ringfence.cli.evidence_cmd",
     "inventory": "ringfence.cli.inventory_cmd",
+    "recommend": "ringfence.cli.recommend_cmd",
 }
 
 
