@@ -232,8 +232,9 @@ def compare_paired(baseline: BenchRun, candidate: BenchRun, loads: Sequence[Pair
 
 def _ambient_text(pair: PairLoad) -> str:
     def pct(x: RepeatLoad) -> str:
-        return "?" if x.ambient is None else f"{x.ambient * 100:.0f} %"
+        busy = "?" if x.ambient is None else f"{x.ambient * 100:.0f} %"
+        return busy if x.runnable is None else f"{busy}, {x.runnable:.1f} runnable"
 
     base = ", ".join(f"{x.node} {pct(x)}" for x in pair.baseline)
     cand = ", ".join(f"{x.node} {pct(x)}" for x in pair.candidate)
-    return f"ambient CPU busy beside the baseline: {base}; beside the candidate: {cand}"
+    return f"ambient CPU busy and run queue beside the baseline: {base}; beside the candidate: {cand}"
