@@ -122,15 +122,16 @@ class LoadProbe(Protocol):
         ...
 
     def wait_window(self) -> None:
-        """Let one ambient window pass (nothing of the benchmark runs meanwhile)."""
+        """Let the time between two ambient readings pass (nothing of the benchmark runs meanwhile)."""
         ...
 
 
 class ExecutorLoadProbe:
     """A :class:`LoadProbe` that reads ``/proc`` through each node's executor."""
 
-    def __init__(self, executors: Mapping[str, Executor], window_s: float = 0.5) -> None:
-        """``window_s``: length of each ambient window (a measurement period, not a wait for an event)."""
+    def __init__(self, executors: Mapping[str, Executor], window_s: float = 0.15) -> None:
+        """``window_s``: the time between two readings of an ambient window (a measurement period, not a wait
+        for an event)."""
         self.executors, self.window_s = dict(executors), window_s
 
     def sample(self, nodes: Sequence[str]) -> dict[str, LoadSample]:
@@ -149,5 +150,5 @@ class ExecutorLoadProbe:
         return out
 
     def wait_window(self) -> None:
-        """Sleep one window: the ambient load is what the host does while we do nothing."""
+        """Sleep between readings: the ambient load is what the host does while we do nothing."""
         time.sleep(self.window_s)

@@ -22,7 +22,7 @@ from ringfence.bench.run import BenchRun
 from ringfence.controls.interface import Verdict
 from ringfence.rollout.interface import ArmSettings, Benchmarker, CollectiveLayer, Outcome, RolloutError
 
-__all__ = ["Holding", "Interleaved", "Probing", "ToggleFailed", "pair_orders", "run_interleaved"]
+__all__ = ["READINGS", "Holding", "Interleaved", "Probing", "ToggleFailed", "pair_orders", "run_interleaved"]
 
 
 class ToggleFailed(RolloutError):
@@ -69,12 +69,18 @@ def _merge(runs: Sequence[BenchRun]) -> BenchRun:
     return replace(out, notes=tuple(dict.fromkeys(out.notes)))
 
 
-def _loads(node_samples: Sequence[dict[str, LoadSample]], nodes: Sequence[str]) -> tuple[RepeatLoad, ...]:
-    s0, s1, s2, s3 = node_samples
-    return tuple(RepeatLoad(n, busy_fraction(s0[n], s1[n]), busy_fraction(s2[n], s3[n]),
-                            busy_fraction(s1[n], s2[n]), s1[n].loadavg1, s2[n].loadavg1,
-                            # s1 is read just before the repeat starts, s2 as it ends: none of ours runs then
-                            sum(s[n].running for s in (s0, s1, s2, s3)) / 4.0, s1[n].cpus) for n in nodes)
+#: readings per ambient window: the run queue is an instantaneous count, so one reading is mostly noise on a
+#: busy host; the mean of several is what the slack is computed from.
+READINGS = 5
+
+
+def _loads(before: Sequence[dict[str, LoadSample]], after: Sequence[dict[str, LoadSample]],
+           nodes: Sequence[str]) -> tuple[RepeatLoad, ...]:
+    # before[-1] is read just before the repeat starts, after[0] as it ends: none of ours runs in the windows
+    reads = [*before, *after]
+    return tuple(RepeatLoad(n, busy_fraction(before[0][n], before[-1][n]), busy_fraction(after[0][n], after[-1][n]),
+                            busy_fraction(before[-1][n], after[0][n]), before[-1][n].loadavg1, after[0][n].loadavg1,
+                            sum(r[n].running for r in reads) / len(reads), before[-1][n].cpus) for n in nodes)
 
 
 def run_interleaved(bench: Benchmarker, layer: CollectiveLayer, nodes: Sequence[str], pairs: int,
@@ -102,8 +108,9 @@ def run_interleaved(bench: Benchmarker, layer: CollectiveLayer, nodes: Sequence[
     def samples() -> Iterator[dict[str, LoadSample]]:
         assert probe is not None
         yield probe.sample(nodes)
-        probe.wait_window()
-        yield probe.sample(nodes)
+        for _ in range(READINGS - 1):
+            probe.wait_window()
+            yield probe.sample(nodes)
 
     held = bench.hold() if isinstance(bench, Holding) else contextlib.nullcontext()
     with held:
@@ -118,7 +125,7 @@ def run_interleaved(bench: Benchmarker, layer: CollectiveLayer, nodes: Sequence[
                                         arm if side == "B" else ArmSettings(), repeats=1)
                     after = list(samples()) if probe else []
                     (cand if side == "B" else base).append(run)
-                    arm_loads[side] = _loads(before + after, nodes) if probe else ()
+                    arm_loads[side] = _loads(before, after, nodes) if probe else ()
                 loads.append(PairLoad(order, arm_loads["A"], arm_loads["B"]))
         finally:
             if not on:
