@@ -190,7 +190,6 @@ def _judge_tls(site: Site, rot: tuple[Any, ...], obs: Observed) -> RotationResul
     detail = (f"{len(rot)} certificates re-issued and the old ones revoked; {obs.job}; {len(events)} connections "
               f"after rotation, new fingerprints in use: {new_in_use}; old certificate of {w0.identity}: "
               f"{old_probe.get('outcome')} ({old_probe.get('error', '')})")
-    tls_run.forget_retired(site.name)
     return _result("tls", [r.node for r in rot], obs, new_in_use, refused, detail, old, new, obs.t_done)
 
 
@@ -263,4 +262,8 @@ def rotate_live(site: Site, policy: Policy, layers: Sequence[str], *, watch: Job
         act()
         obs = Observed(t0, time.time(), False, False, 0.0, 0.0, 0.0, 0, 0,
                        "the job was not observed (no progress source on this target)")
-    return tuple(r.judge(site, rot, obs) for r, rot in done if rot)
+    try:
+        return tuple(r.judge(site, rot, obs) for r, rot in done if rot)
+    finally:
+        # the retired credentials of every layer live under one directory: deleted only once all were probed
+        tls_run.forget_retired(site.name)
