@@ -502,6 +502,12 @@ class WireguardLayer:
                 wireguard_run.enable_wireguard(lab.site(), keep, strict=True, evidence=self.evidence)
                 wireguard_run.set_collective_class(lab.site(), ["collective"])
             left = {n: self._residue(lab, n) for n in nodes}
+            # a stopped wireguard-go takes its TUN interface with it when the process is gone, which on a busy
+            # host can lag the stop: observe until nothing is left (or the deadline), never judge the first look
+            deadline = time.monotonic() + 15.0
+            while any(left.values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                left = {n: self._residue(lab, n) for n in nodes}
         except RingfenceError as exc:
             return _failed("disabling WireGuard", exc)
         left = {n: what for n, what in left.items() if what}
