@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ringfence.bench.load import LoadSample
 from ringfence.bench.run import BenchConfig, BenchRun, Repeat, size_result_from_times
 from ringfence.controls.interface import Verdict
 from ringfence.rollout.interface import ArmSettings, Outcome
@@ -93,9 +94,46 @@ class FakeBenchmarker:
     slowdown: float
     calls: list[tuple[str, ArmSettings]] = field(default_factory=list)
 
-    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings) -> BenchRun:
+    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings, *, repeats: int | None = None) -> BenchRun:
         self.calls.append((layer, arm))
-        return synth(1.0 if layer == "none" else self.slowdown, seed=len(self.calls), layer=layer)
+        return synth(1.0 if layer == "none" else self.slowdown, seed=len(self.calls), layer=layer,
+                     repeats=3 if repeats is None else repeats)
+
+
+@dataclass
+class HogHost:
+    """A fake :class:`~ringfence.bench.load.LoadProbe` of one host whose CPU hog can be switched on."""
+
+    hog: bool = False
+    window_s: float = 0.0
+    busy: int = 0
+    total: int = 0
+
+    def sample(self, nodes: Sequence[str]) -> dict[str, LoadSample]:
+        # 100 jiffies pass between readings: 50 busy with the hog (one of two cores), 2 without
+        self.total += 100
+        self.busy += 50 if self.hog else 2
+        return {n: LoadSample(1.0 if self.hog else 0.1, self.busy, self.total) for n in nodes}
+
+    def wait_window(self) -> None:
+        return None
+
+
+@dataclass
+class HogBenchmarker:
+    """Synthetic runs that take twice as long once the host's hog is on (from the ``hog_after``-th call)."""
+
+    slowdown: float
+    host: HogHost
+    hog_after: int
+    calls: list[str] = field(default_factory=list)
+
+    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings, *, repeats: int | None = None) -> BenchRun:
+        self.calls.append(layer)
+        if len(self.calls) >= self.hog_after:
+            self.host.hog = True
+        scale = (1.0 if layer == "none" else self.slowdown) * (2.0 if self.host.hog else 1.0)
+        return synth(scale, seed=len(self.calls), layer=layer, repeats=3 if repeats is None else repeats)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from rollout_fakes import CFG, FakeAction, FakeBenchmarker, FakeEvidence, FakeLayer, synth
+from rollout_fakes import CFG, FakeAction, FakeBenchmarker, FakeEvidence, FakeLayer, HogBenchmarker, HogHost, synth
 
 from ringfence.bench.compare import GateBudget
 from ringfence.bench.run import load_run
@@ -38,8 +38,11 @@ def test_happy_path_all_five_steps(tmp_path: Path) -> None:
     assert ("enable", ("w2", "w3")) in layer.calls and ("verify", ("w0", "w1", "w2", "w3")) in layer.calls
     bench = tools.benchmark
     assert isinstance(bench, FakeBenchmarker)
-    assert [c[0] for c in bench.calls] == ["none", "wireguard"]  # baseline before the layer, candidate over it
-    assert bench.calls[1][1].interfaces == {"w0": "wg0", "w1": "wg0"}
+    # baseline before the layer (step 3), then interleaved pairs B A | A B | B A with the layer switched between
+    assert [c[0] for c in bench.calls] == ["none", "wireguard", "none", "none", "wireguard", "wireguard", "none"]
+    assert bench.calls[1][1].interfaces == {"w0": "wg0", "w1": "wg0"} and bench.calls[2][1].interfaces == {}
+    switches = [c[0] for c in layer.calls if c[1] == ("w0", "w1")]
+    assert switches == ["enable", "verify", "disable", "enable", "disable", "enable"]  # on again after step 4
     # persisted: a fresh load sees the same thing, and every evidence id came from the sink
     again = load_state(tmp_path / "ro.json")
     assert again == ro.state
@@ -99,16 +102,33 @@ def test_step5_is_refused_unless_step4_passed(tmp_path: Path) -> None:
         ro.advance(tools, 5)
 
 
-def test_inconclusive_step4_can_be_rerun_and_adds_repeats(tmp_path: Path) -> None:
+def test_inconclusive_step4_stops_says_what_to_rerun_and_can_be_rerun(tmp_path: Path) -> None:
+    ro = _plan(tmp_path, FakeEvidence())
+    ro.record_budget(GateBudget(min_repeats=5), "test")
+    tools = replace(_tools(slowdown=1.0), pairs=2)
+    for n in (1, 2, 3):
+        ro.advance(tools, n)
+    rec = ro.advance(tools, 4)  # 2 pairs < 5: a would-be pass is inconclusive
+    assert rec.status is StepStatus.INCONCLUSIVE and "only 2 pair(s)" in rec.detail
+    assert "the rollout stops here; rerun step 4" in rec.detail and str(ro.path) in rec.detail
+    with pytest.raises(RolloutRefused, match="step 4 .* is next, not step 5"):
+        ro.advance(tools, 5)
+    rec = ro.advance(replace(tools, pairs=5), 4)  # fresh pairs: the old ones may carry what made it unsure
+    assert rec.status is StepStatus.DONE, rec.detail
+    assert ro.state.candidate is not None
+    assert len(load_run(tmp_path / ro.state.candidate.path).repeats) == 5
+    assert len(load_run(tmp_path / "ro.paired-baseline.json").repeats) == 5
+
+
+def test_a_supplied_inconclusive_candidate_gets_its_new_repeats_added(tmp_path: Path) -> None:
     ro = _plan(tmp_path, FakeEvidence())
     ro.record_budget(GateBudget(min_repeats=5), "test")
     tools = _tools(slowdown=1.0)
     for n in (1, 2, 3):
         ro.advance(tools, n)
-    rec = ro.advance(tools, 4)  # 3 repeats < 5: a would-be pass is inconclusive
-    assert rec.status is StepStatus.INCONCLUSIVE and "repeat" in rec.detail
-    rec = ro.advance(tools, 4)  # 3 more candidate repeats: 6 ≥ 5 on that side, baseline still 3
-    assert rec.status is StepStatus.INCONCLUSIVE
+    supplied = replace(tools, candidate_run=synth(1.0, seed=9, layer="wireguard"))
+    assert ro.advance(supplied, 4).status is StepStatus.INCONCLUSIVE  # 3 repeats < 5
+    assert ro.advance(supplied, 4).status is StepStatus.INCONCLUSIVE  # baseline side still 3
     assert ro.state.candidate is not None
     assert len(load_run(tmp_path / ro.state.candidate.path).repeats) == 6
 
@@ -175,3 +195,32 @@ def test_plan_refuses_overwrite_and_bad_pairs(tmp_path: Path) -> None:
         _plan(tmp_path, FakeEvidence())
     with pytest.raises(RolloutRefused, match="two distinct"):
         Rollout.plan(tmp_path / "x.json", pair=["a", "a"], layer="noop", evidence=FakeEvidence())
+
+
+def _hog_run(tmp_path: Path, slowdown: float, hog_after: int) -> tuple[Rollout, FakeEvidence]:
+    ev = FakeEvidence()
+    ro = _plan(tmp_path, ev)
+    host = HogHost()
+    bench = HogBenchmarker(slowdown, host, hog_after=hog_after)
+    tools = StepTools(tls=FakeAction("tls"), keys=FakeAction("keys"), layer=FakeLayer(), benchmark=bench,
+                      load=host, pairs=6)
+    for n in (1, 2, 3):
+        ro.advance(tools, n)
+    ro.advance(tools, 4)
+    return ro, ev
+
+
+@pytest.mark.parametrize("hog_after", [2, 5, 6, 8])
+def test_a_noop_canary_with_a_hog_switched_on_halfway_is_never_failed(tmp_path: Path, hog_after: int) -> None:
+    """The hog halves the speed from the ``hog_after``-th measurement on (step 3's baseline is the first)."""
+    ro, ev = _hog_run(tmp_path, 1.0, hog_after)
+    assert ro.state.verdict != "fail" and ro.state.step(4).status is not StepStatus.FAILED, ro.state.step(4).detail
+    finding = next(r[3] for r in ev.records if r[0] == "finding")
+    assert len(finding["load"]) == 6 and {p["order"] for p in finding["load"]} == {"AB", "BA"}
+    assert any(x["ambient"] >= 0.45 for p in finding["load"] for x in p["candidate"] + p["baseline"])
+
+
+def test_a_slow_canary_with_a_hog_switched_on_halfway_still_fails(tmp_path: Path) -> None:
+    ro, _ = _hog_run(tmp_path, 37.0, 6)
+    assert ro.state.verdict == "fail", ro.state.step(4).detail
+    assert ro.state.step(4).status is StepStatus.FAILED

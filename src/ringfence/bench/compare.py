@@ -41,7 +41,9 @@ __all__ = [
     "NotComparable",
     "SizeComparison",
     "compare_runs",
+    "decide",
     "human_size",
+    "worst",
 ]
 
 #: Without sizes named by the policy, sizes below this are left out: they are latency-bound and
@@ -145,6 +147,7 @@ class Comparison:
     baseline_repeats: int
     candidate_repeats: int
     method: str = field(default="median over repeats; two-level bootstrap CI (repeats, then iterations)")
+    load: tuple[dict[str, Any], ...] = ()  # the paired gate's host load beside each pair (bench.paired)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (for ``--output`` and the evidence store)."""
@@ -156,6 +159,7 @@ class Comparison:
             "candidate": {"label": self.candidate_label, "repeats": self.candidate_repeats},
             "budget": self.budget.to_dict(),
             "method": self.method,
+            **({"load": list(self.load)} if self.load else {}),
             "sizes": [{"size": s.size, "verdict": s.verdict.value, "busbw": s.busbw.to_dict(), "p99": s.p99.to_dict()}
                       for s in self.sizes],
         }
@@ -232,7 +236,8 @@ def _interval(point: float, dist: np.ndarray, confidence: float) -> Interval:
     return Interval(point, min(float(lo), point), max(float(hi), point))
 
 
-def _decide(change: Interval, limit: float, metric: str, size: int, conf: int) -> tuple[GateVerdict, str]:
+def decide(change: Interval, limit: float, metric: str, size: int, conf: int) -> tuple[GateVerdict, str]:
+    """The verdict of one change interval against its limit, with the reason in numbers."""
     what = "busbw loss" if metric == "busbw" else "p99 growth"
     text = (f"{what} {change.estimate:.1f} % ({conf} % CI {change.low:.1f} – {change.high:.1f} %) "
             f"at {human_size(size)}")
@@ -255,7 +260,7 @@ def _check_size(size: int, base: Sequence[SizeResult], cand: Sequence[SizeResult
     else:
         ratio = _interval(mc / mb, c_bw / np.maximum(b_bw, 1e-300), budget.confidence)
         loss = Interval((1 - ratio.estimate) * 100, (1 - ratio.high) * 100, (1 - ratio.low) * 100)
-        verdict, reason = _decide(loss, budget.busbw_loss_pct, "busbw", size, conf)
+        verdict, reason = decide(loss, budget.busbw_loss_pct, "busbw", size, conf)
         bw = MetricCheck("busbw", mb, mc, ratio, loss, budget.busbw_loss_pct, verdict, reason)
     bp, cp = [r.p99_us for r in base], [r.p99_us for r in cand]
     if b_p99 is None or c_p99 is None or any(p is None for p in (*bp, *cp)):
@@ -267,12 +272,13 @@ def _check_size(size: int, base: Sequence[SizeResult], cand: Sequence[SizeResult
         pc = median([p for p in cp if p is not None])
         ratio = _interval(pc / pb, c_p99 / np.maximum(b_p99, 1e-300), budget.confidence)
         growth = Interval((ratio.estimate - 1) * 100, (ratio.low - 1) * 100, (ratio.high - 1) * 100)
-        verdict, reason = _decide(growth, budget.p99_growth_pct, "p99", size, conf)
+        verdict, reason = decide(growth, budget.p99_growth_pct, "p99", size, conf)
         p99 = MetricCheck("p99", pb, pc, ratio, growth, budget.p99_growth_pct, verdict, reason)
-    return SizeComparison(size, bw, p99, _worst([bw.verdict, p99.verdict]))
+    return SizeComparison(size, bw, p99, worst([bw.verdict, p99.verdict]))
 
 
-def _worst(verdicts: Sequence[GateVerdict]) -> GateVerdict:
+def worst(verdicts: Sequence[GateVerdict]) -> GateVerdict:
+    """fail over inconclusive over pass (nothing to judge is inconclusive)."""
     if GateVerdict.FAIL in verdicts:
         return GateVerdict.FAIL
     if GateVerdict.INCONCLUSIVE in verdicts or not verdicts:
@@ -312,7 +318,7 @@ def compare_runs(baseline: BenchRun, candidate: BenchRun, budget: GateBudget | N
         rows.append(_check_size(s, base, cand, world, budget, rng))
 
     reasons: list[str] = []
-    verdict = _worst([r.verdict for r in rows])
+    verdict = worst([r.verdict for r in rows])
     c_wrong, b_wrong = candidate.wrong_total(), baseline.wrong_total()
     if c_wrong:
         verdict = GateVerdict.FAIL

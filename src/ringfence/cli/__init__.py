@@ -40,6 +40,7 @@ VERBS: dict[str, str] = {
     "attest": "ringfence.cli.attest_cmd",
     "rdma": "ringfence.cli.rdma_cmd",
     "trace": "ringfence.cli.trace_cmd",
+    "recommend": "ringfence.cli.recommend_cmd",
 }
 
 

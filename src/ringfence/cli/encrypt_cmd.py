@@ -10,6 +10,7 @@ from typing import Any
 
 from ringfence.atomic import write_atomic
 from ringfence.cli._targets import add_target_arguments
+from ringfence.cli.rotate_cmd import register_rotate
 from ringfence.errors import InputError
 
 
@@ -194,6 +195,8 @@ def register(sub: Any) -> None:
     s.add_argument("--node", help="node to probe in (default worker-0)")
     target(s, ("lab", "ssh", "local"))
     s.set_defaults(func=_support)
+
+    register_rotate(esub)
 
 
 __all__ = ["register"]

@@ -160,6 +160,8 @@ def _advance(args: argparse.Namespace) -> int:
         if args.repeats is not None:
             bm = _benchmarker(ro)
             tools = replace(tools, benchmark=replace(bm, spec=replace(bm.spec, repeats=args.repeats)))
+    # step 4 interleaves single repeats: as many pairs as the plan's (or --repeats') repeats
+    tools = replace(tools, pairs=args.repeats or int(ro.state.bench.get("repeats", 0)) or None)
     rec = ro.advance(tools, args.step)
     print(_status_text(ro))
     return 0 if rec.status.value == "done" else 1

@@ -298,6 +298,18 @@ class Budget(_Strict):
     min_repeats: Annotated[int, Field(ge=1)] = 3
 
 
+class Fabric(_Strict):
+    """How the collective links are built — a tenancy decision with an owner (``ringfence recommend`` reads it).
+
+    ``shared`` (the default, so nothing is assumed): other tenants' traffic may cross the links.
+    ``dedicated``: a single-tenant fabric, physically inside the trust boundary.
+    """
+
+    links: Literal["shared", "dedicated"] = "shared"
+    owner: str = ""
+    rationale: str = ""
+
+
 class Keys(_Strict):
     """Key and certificate lifetimes (``24h``, ``30m``, ``7d``)."""
 
@@ -410,6 +422,7 @@ class Policy(_Strict):
     approved: tuple[ApprovedFlow, ...] = ()
     classes: Classes
     budget: Budget = Budget()
+    fabric: Fabric = Fabric()
     keys: Keys = Keys()
     exceptions: tuple[ExceptionEntry, ...] = ()
     controls: dict[str, ControlOwner] = Field(default_factory=dict)

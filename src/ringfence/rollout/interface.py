@@ -106,6 +106,9 @@ class CollectiveLayer(Protocol):
 class Benchmarker(Protocol):
     """Runs the same all-reduce benchmark on ``nodes``, with or without a layer."""
 
-    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings) -> BenchRun:
-        """One benchmark run (with the configured repeats), labelled ``layer``."""
+    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings, *, repeats: int | None = None) -> BenchRun:
+        """One benchmark run labelled ``layer``: ``repeats`` repeats, else the configured number.
+
+        Step 4 asks for one repeat at a time, to interleave the arms.
+        """
         ...

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ringfence.bench.driver import BenchSpec, RankSpec, run_allreduce
+from ringfence.bench.load import ExecutorLoadProbe
 from ringfence.bench.run import BenchRun
 from ringfence.controls.interface import Verdict
 from ringfence.rollout.interface import ArmSettings, CollectiveLayer, Outcome, RolloutError
@@ -82,8 +83,12 @@ class AllReduceBenchmarker:
     spec: BenchSpec
     ranks: Callable[[Sequence[str]], list[RankSpec]]
 
-    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings) -> BenchRun:
-        """Run the benchmark on ``nodes`` as the layer's arm settings say."""
+    def load_probe(self, nodes: Sequence[str]) -> ExecutorLoadProbe:
+        """A host-load probe reading ``/proc`` through the executors the ranks run on."""
+        return ExecutorLoadProbe({r.node: r.executor for r in self.ranks(nodes)})
+
+    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings, *, repeats: int | None = None) -> BenchRun:
+        """Run the benchmark on ``nodes`` as the layer's arm settings say (``repeats``: else the spec's)."""
         placed = [
             replace(r, address=arm.addresses.get(r.node, r.address), interface=arm.interfaces.get(r.node, r.interface))
             for r in self.ranks(nodes)
@@ -94,5 +99,6 @@ class AllReduceBenchmarker:
             backend=arm.backend or self.spec.backend,
             plugins=self.spec.plugins + arm.plugins,
             env={**self.spec.env, **arm.env},
+            repeats=self.spec.repeats if repeats is None else repeats,
         )
         return run_allreduce(placed, spec)

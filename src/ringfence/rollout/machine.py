@@ -6,8 +6,14 @@
    (lower ``seq``). The baseline benchmark is taken here, *before* the layer is enabled, unless one
    was recorded earlier; then the layer is enabled and verified.
 4. The same benchmark with the layer on; the gate compares it with the baseline under the recorded
-   budget. pass → done; fail → failed (abort is the way out); inconclusive → run step 4 again, the
-   new repeats are added to the candidate.
+   budget. Measured here, baseline and candidate repeats are *interleaved* on the canary pair (the
+   layer switched off and on between them, :mod:`ringfence.rollout.interleave`) with the host load
+   read beside each repeat, and the paired gate (:mod:`ringfence.bench.paired`) judges the paired
+   differences, so a load that moves during the run can make the answer ``inconclusive`` but never a
+   false ``fail``. A candidate measured elsewhere is judged against step 3's baseline as before.
+   pass → done; fail → failed (abort is the way out); inconclusive → the rollout stops there, says
+   why and what to rerun: step 4 again (fresh pairs when measured here — the old ones carry the load
+   move; a supplied candidate's new repeats are added to the earlier ones).
 5. Fleet-wide — refused unless step 4 passed, and never for a layer that encrypts nothing.
 
 ``abort`` turns the layer off wherever it was enabled and records why. Every action, verification,
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.bench.compare import Comparison, GateBudget, GateVerdict, compare_runs
+from ringfence.bench.load import LoadProbe
+from ringfence.bench.paired import compare_paired
 from ringfence.bench.run import BenchRun, load_run, run_to_dict, save_run
 from ringfence.controls.interface import Verdict
 from ringfence.errors import RingfenceError
@@ -37,6 +45,7 @@ from ringfence.rollout.interface import (
     RolloutRefused,
     StepAction,
 )
+from ringfence.rollout.interleave import Probing, ToggleFailed, run_interleaved
 from ringfence.rollout.state import (
     BudgetRecord,
     Event,
@@ -63,6 +72,8 @@ class StepTools:
     layer: CollectiveLayer | None = None
     benchmark: Benchmarker | None = None
     candidate_run: BenchRun | None = None  # step 4 measured elsewhere (e.g. imported nccl-tests output)
+    load: LoadProbe | None = None  # host load beside each interleaved repeat (else the benchmarker's own probe)
+    pairs: int | None = None  # interleaved pairs in step 4 (default: the budget's min_repeats)
 
 
 def _now() -> str:
@@ -270,30 +281,73 @@ class Rollout:
         st = self.state
         assert st.budget is not None and st.baseline is not None  # step 3 is done
         layer = self._layer(4, tools)
-        if tools.candidate_run is not None:
-            run, source = tools.candidate_run, "supplied"
-        elif tools.benchmark is not None:
-            run, source = tools.benchmark.measure(list(st.pair), layer.name, layer.arm(list(st.pair))), "measured"
-        else:
-            raise self._refuse(4, "step 4 needs the benchmark (or a candidate run measured elsewhere)")
+        budget = GateBudget(**st.budget.budget)
         baseline = self._load_kept(st.baseline)
-        if run.config_hash != baseline.config_hash:
-            raise self._refuse(4, f"the candidate is not the same test as the baseline ({run.config_hash[:19]}… vs "
-                                  f"{baseline.config_hash[:19]}…)", hint="same sizes, dtype, nodes and iterations")
-        if st.candidate is not None and st.step(4).status is StepStatus.INCONCLUSIVE:
-            run = self._load_kept(st.candidate).merged(run)  # an inconclusive answer asks for more repeats
-            source += " and added to the earlier candidate repeats"
-        self._keep_run("candidate", run, f"{source} with {layer.name} on")
-        budget = GateBudget(**self.state.budget.budget) if self.state.budget else GateBudget()
-        result: Comparison = compare_runs(baseline, run, budget)
+        extra: list[str] = []
+        if tools.candidate_run is None and tools.benchmark is not None:
+            result, extra = self._step4_interleaved(tools, layer, budget, baseline.config_hash)
+        else:
+            if tools.candidate_run is None:
+                raise self._refuse(4, "step 4 needs the benchmark (or a candidate run measured elsewhere)")
+            run, source = tools.candidate_run, "supplied"
+            if run.config_hash != baseline.config_hash:
+                raise self._refuse(4, f"the candidate is not the same test as the baseline ({run.config_hash[:19]}… "
+                                      f"vs {baseline.config_hash[:19]}…)",
+                                   hint="same sizes, dtype, nodes and iterations")
+            if st.candidate is not None and st.step(4).status is StepStatus.INCONCLUSIVE:
+                run = self._load_kept(st.candidate).merged(run)  # an inconclusive answer asks for more repeats
+                source += " and added to the earlier candidate repeats"
+            self._keep_run("candidate", run, f"{source} with {layer.name} on")
+            result = compare_runs(baseline, run, budget)
         ev = self._record("finding", f"canary {'+'.join(st.pair)} with {layer.name}: gate {result.verdict.value}",
                           result.to_dict())
         self.state = replace(self.state, verdict=result.verdict.value)
-        assert self.state.candidate is not None
-        evidence = [self.state.baseline.evidence if self.state.baseline else "", self.state.candidate.evidence, ev]
+        assert self.state.candidate is not None and self.state.baseline is not None
+        evidence = [self.state.baseline.evidence, *extra, self.state.candidate.evidence, ev]
         status = {GateVerdict.PASS: StepStatus.DONE, GateVerdict.FAIL: StepStatus.FAILED,
                   GateVerdict.INCONCLUSIVE: StepStatus.INCONCLUSIVE}[result.verdict]
-        return self._set_step(4, status, f"gate {result.verdict.value}: {result.reasons[0]}", evidence)
+        detail = f"gate {result.verdict.value}: {result.reasons[0]}"
+        if result.verdict is GateVerdict.INCONCLUSIVE:
+            detail += (f" — the rollout stops here; rerun step 4 (ringfence rollout advance --state {self.path} "
+                       "--step 4, more --repeats if the noise is wide) when the machine's load is steady")
+        return self._set_step(4, status, detail, evidence)
+
+    def _step4_interleaved(self, tools: StepTools, layer: CollectiveLayer, budget: GateBudget,
+                           config_hash: str) -> tuple[Comparison, list[str]]:
+        """Measure interleaved pairs on the canary and judge them paired; returns the gate and evidence ids."""
+        assert tools.benchmark is not None
+        pair = list(self.state.pair)
+        probe = tools.load
+        if probe is None and isinstance(tools.benchmark, Probing):
+            probe = tools.benchmark.load_probe(pair)
+        switched: list[str] = []
+
+        def record(what: str, out: Outcome) -> None:
+            switched.append(self._record("action", f"step 4: {what} on {'+'.join(pair)}", _outcome_data(out)))
+
+        try:
+            got = run_interleaved(tools.benchmark, layer, pair, tools.pairs or budget.min_repeats, probe, record)
+        except ToggleFailed as exc:
+            # the layer's state between the arms is not what the step needs: only abort (rollback) goes on
+            ev = self._record("note", f"step 4: interleaved benchmark on {'+'.join(pair)} stopped",
+                              {"event": "step4-error", "error": exc.message})
+            self._set_step(4, StepStatus.FAILED, f"the interleaved benchmark stopped: {exc.message}",
+                           [*switched, ev])
+            raise
+        except RingfenceError as exc:  # a benchmark that did not complete: the step stays to be run again
+            self._record("note", f"step 4: interleaved benchmark on {'+'.join(pair)} stopped",
+                         {"event": "step4-error", "error": exc.message})
+            self._save()
+            raise
+        if got.candidate.config_hash != config_hash:
+            raise self._refuse(4, "the interleaved runs are not the same test as step 3's baseline")
+        path = self._run_path("paired-baseline")
+        save_run(got.baseline, path)
+        ev_b = self._record("observation", f"all-reduce paired baseline on {'+'.join(pair)}",
+                            {"event": "paired-baseline", "source": "interleaved in step 4", "file": path.name,
+                             "config_hash": got.baseline.config_hash, "run": run_to_dict(got.baseline)})
+        self._keep_run("candidate", got.candidate, f"interleaved with the baseline, {layer.name} on")
+        return compare_paired(got.baseline, got.candidate, got.loads, budget), [*switched, ev_b]
 
     def _gate_on_record(self) -> None:
         """Step 4's pass as the evidence chain records it, not as the (editable) state file says.

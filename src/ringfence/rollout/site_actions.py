@@ -27,11 +27,12 @@ The lab's factories (:mod:`ringfence.lab.rollout`) are one such resolver.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from ringfence.bench.driver import BenchSpec, RankSpec
+from ringfence.bench.load import ExecutorLoadProbe
 from ringfence.bench.placement import site_ranks
 from ringfence.bench.run import BenchRun
 from ringfence.controls.interface import Verdict
@@ -500,6 +502,12 @@ class WireguardLayer:
                 wireguard_run.enable_wireguard(lab.site(), keep, strict=True, evidence=self.evidence)
                 wireguard_run.set_collective_class(lab.site(), ["collective"])
             left = {n: self._residue(lab, n) for n in nodes}
+            # a stopped wireguard-go takes its TUN interface with it when the process is gone, which on a busy
+            # host can lag the stop: observe until nothing is left (or the deadline), never judge the first look
+            deadline = time.monotonic() + 15.0
+            while any(left.values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                left = {n: self._residue(lab, n) for n in nodes}
         except RingfenceError as exc:
             return _failed("disabling WireGuard", exc)
         left = {n: what for n, what in left.items() if what}
@@ -561,25 +569,42 @@ class Benchmarker:
         failure)."""
         self.spec, self.lab, self.quiet, self.traffic_timeout_s = spec, lab, quiet, traffic_timeout_s
         self.last_tunnel_bytes: Mapping[str, int] | None = None
+        self._held = 0  # depth of hold(): only the outermost pauses and resumes the cluster
 
     def _ranks(self, nodes: Sequence[str]) -> list[RankSpec]:
         return site_ranks(self.lab.get().site(), nodes)
 
-    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings) -> BenchRun:
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep the cluster quiet for every measurement in the block (one pause for a whole interleaved run)."""
+        lab = self.lab.get()
+        quiet = lab if self.quiet and isinstance(lab, Quiet) and not self._held else None
+        if quiet is not None:
+            quiet.stop_traffic()
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if quiet is not None:
+                quiet.start_traffic(wait=True, timeout=self.traffic_timeout_s)
+
+    def load_probe(self, nodes: Sequence[str]) -> ExecutorLoadProbe:
+        """A host-load probe reading ``/proc`` on ``nodes`` through the cluster's executors."""
+        site = self.lab.get().site()
+        return ExecutorLoadProbe({n: site.executor(n) for n in nodes})
+
+    def measure(self, nodes: Sequence[str], layer: str, arm: ArmSettings, *, repeats: int | None = None) -> BenchRun:
         """One benchmark run labelled ``layer``; its notes say what the tunnel carried meanwhile."""
         lab = self.lab.get()
         notes: list[str] = []
-        quiet = lab if self.quiet and isinstance(lab, Quiet) else None
-        if quiet is not None:
-            quiet.stop_traffic()
-            notes.append("the cluster's own traffic was stopped during the measurement")
-        try:
+        spec = self.spec if repeats is None else replace(self.spec, repeats=repeats)
+        with self.hold():
+            if self.quiet and isinstance(lab, Quiet):
+                notes.append("the cluster's own traffic was stopped during the measurement")
             before = _tunnel_bytes(lab, nodes)
-            run = AllReduceBenchmarker(self.spec, self._ranks).measure(nodes, layer, arm)
+            run = AllReduceBenchmarker(spec, self._ranks).measure(nodes, layer, arm)
             after = _tunnel_bytes(lab, nodes)
-        finally:
-            if quiet is not None:
-                quiet.start_traffic(wait=True, timeout=self.traffic_timeout_s)
         self.last_tunnel_bytes = None
         if before is not None and after is not None:
             self.last_tunnel_bytes = carried = {n: after[n] - before[n] for n in nodes}
@@ -589,7 +614,7 @@ class Benchmarker:
             notes.append(f"no WireGuard tunnel between {', '.join(nodes)}: the ranks used the plain path")
         if layer == WireguardLayer.name:
             # each rank sends at least one message's worth per all-reduce (2 ranks: exactly size, plus headers)
-            least = sum(self.spec.sizes) * (self.spec.warmup + self.spec.iterations) * self.spec.repeats
+            least = sum(spec.sizes) * (spec.warmup + spec.iterations) * spec.repeats
             short = [n for n in nodes if self.last_tunnel_bytes is None or self.last_tunnel_bytes[n] < least]
             if short:
                 raise RolloutError(f"a run labelled {layer!r} did not go through the tunnel at {', '.join(short)} "

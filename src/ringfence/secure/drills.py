@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,7 +25,7 @@ from ringfence.analyze import classify
 from ringfence.controls.interface import Verdict
 from ringfence.observe.flows.pcap import PcapReader
 from ringfence.policy import Policy
-from ringfence.secure import pki
+from ringfence.secure import pki, rotation
 from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import Runtime, StateStore
@@ -60,211 +57,23 @@ class Cluster(Protocol):
         ...
 
 
-_WORKER_FAILS = (
-    "shard_failed",
-    "checkpoint_failed",
-    "report_failed",
-    "shard_rejected",
-    "checkpoint_rejected",
-    "report_rejected",
-)
-
-
 def capture_flows(cluster: Cluster, seconds: float, path: Path, policy: Policy) -> pa.Table:
     """Capture ``seconds`` of the cluster into ``path`` and return the classified flows."""
     cluster.capture(seconds, path)
     return classify(PcapReader().read(path).flows, policy)
 
 
-class _Sampler:
-    """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
-
-    def __init__(self, cluster: Cluster, workers: tuple[str, ...]) -> None:
-        self.cluster, self.workers = cluster, workers
-        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            st = self.cluster.agent_status()
-            self.samples.append(
-                (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers})
-            )
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def progress_times(self, worker: str, counter: str) -> list[float]:
-        """Sample times at which ``counter`` of ``worker`` had grown since the previous sample."""
-        out, last = [], None
-        for t, c in self.samples:
-            v = c.get(worker, {}).get(counter, 0)
-            if last is not None and v > last:
-                out.append(t)
-            last = v
-        return out
-
-    def value(self, worker: str, counter: str, index: int) -> int:
-        """``counter`` of ``worker`` in sample ``index``."""
-        return int(self.samples[index][1].get(worker, {}).get(counter, 0))
-
-
-def _max_gap(times: list[float], start: float, end: float) -> float:
-    points = [start, *[t for t in times if start < t < end], end]
-    return max(b - a for a, b in zip(points, points[1:], strict=False))
-
-
-def _workers(cluster: Cluster) -> tuple[str, ...]:
-    return tuple(m for j in cluster.policy().jobs for m in j.members)
-
-
 def rotate_under_load(cluster: Cluster, *, settle: float = 4.0, evidence: Any = None) -> tuple[RotationResult, ...]:
-    """Rotate every enabled layer's keys (TLS certificates, WireGuard keys) while the job runs, and judge it."""
-    store = StateStore(cluster.site().name)
-    enabled = store.read()
-    workers = _workers(cluster)
-    results: list[RotationResult] = []
-    with _Sampler(cluster, workers) as sampler:
-        time.sleep(2.0)  # a baseline of steps before the rotation
-        t_rot = time.time()
-        site = cluster.site()
-        tls_rot = tls_run.rotate_tls(site, cluster.policy(), evidence=evidence) if "tls" in enabled.info else ()
-        wg_rot = wireguard_run.rotate_wireguard(site, evidence=evidence) if "wireguard" in enabled.info else ()
-        t_done = time.time()
-        deadline = t_done + settle + 10.0
-        # wait until every rank stepped and wrote a checkpoint after the rotation (or the deadline)
-        while time.time() < max(t_done + settle, 0) or (
-            time.time() < deadline
-            and not all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
-        ):
-            time.sleep(0.2)
-        t_end = time.time()
-    steps = {w: sampler.progress_times(w, "steps") for w in workers}
-    before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t_rot]
-    baseline = statistics.median(before) if before else 0.0
-    stall = max(_max_gap(steps[w], t_rot, t_end) for w in workers)
-    storage_stall = max(_max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
-    failures = sum(sampler.value(w, c, -1) - sampler.value(w, c, 0) for w in workers for c in _WORKER_FAILS)
-    allreduce_failed = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
-    ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
-    steps_after = all(any(t > t_done for t in steps[w]) for w in workers)
-    survived = cluster.workers_alive() and allreduce_failed == 0 and steps_after and ckpt_after
-    job = (
-        f"job {'survived' if survived else 'FAILED'}: steps after rotation {steps_after}, checkpoints after "
-        f"{ckpt_after}, all-reduce failures {allreduce_failed}; longest step gap {stall:.2f}s "
-        f"(baseline {baseline:.2f}s), {failures} storage/management request failures"
-    )
-    if tls_rot:
-        results.append(
-            _judge_tls_rotation(cluster, tls_rot, t_done, survived, stall, baseline, storage_stall, failures, job)
-        )
-    if wg_rot:
-        results.append(
-            _judge_wg_rotation(cluster, wg_rot, t_rot, survived, stall, baseline, storage_stall, failures, job)
-        )
-    tls_run.forget_retired(cluster.site().name)
-    return tuple(results)
+    """Rotate every enabled layer's keys (TLS certificates, WireGuard keys) while the job runs, and judge it.
 
-
-def _judge_tls_rotation(
-    cluster: Cluster,
-    rot: tuple[tls_run.Rotated, ...],
-    t_done: float,
-    survived: bool,
-    stall: float,
-    baseline: float,
-    storage_stall: float,
-    failures: int,
-    job: str,
-) -> RotationResult:
-    old = {r.old_fingerprint for r in rot}
-    new = {r.new_fingerprint for r in rot}
-    events = [e for e in tls_run.read_events(cluster.site(), since=t_done + 0.5) if e.get("result") == "allowed"]
-    seen = {e.get("peer_fingerprint") for e in events} | {e.get("own_fingerprint") for e in events}
-    new_in_use = bool(events) and (seen & new) != set() and not (seen & old)
-    w0 = next((r for r in rot if r.node.startswith("worker")), rot[0])
-    storage = cluster.site().address("storage")
-    old_probe = tls_run.probe_request(cluster.site(), w0.node, w0.retired, f"https://{storage}:8080/healthz")
-    old_refused = old_probe.get("outcome") in ("refused", "closed")
-    verdict = Verdict.PASS if survived and new_in_use and old_refused else Verdict.FAIL
-    detail = (
-        f"{len(rot)} certificates re-issued and the old ones revoked; {job}; "
-        f"{len(events)} connections after rotation, new fingerprints in use: {new_in_use}; "
-        f"old certificate of {w0.identity}: {old_probe.get('outcome')} ({old_probe.get('error', '')})"
-    )
-    return RotationResult(
-        "tls",
-        tuple(r.node for r in rot),
-        survived,
-        round(stall, 3),
-        round(baseline, 3),
-        round(storage_stall, 3),
-        failures,
-        new_in_use,
-        old_refused,
-        verdict,
-        detail,
-        tuple(sorted(old)),
-        tuple(sorted(new)),
-        _iso(t_done),
-    )
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat()
-
-
-def _judge_wg_rotation(
-    cluster: Cluster,
-    rot: tuple[wireguard_run.WgRotated, ...],
-    t_rot: float,
-    survived: bool,
-    stall: float,
-    baseline: float,
-    storage_stall: float,
-    failures: int,
-    job: str,
-) -> RotationResult:
-    nodes = [r.node for r in rot]
-    new = {r.new_public for r in rot}
-    old = {r.old_public for r in rot}
-    fresh, stale = True, False
-    for n in nodes:
-        for p in wireguard_run.node_handle(cluster.site(), n).peers():
-            stale |= p.public_key in old
-            fresh &= p.public_key in new and p.latest_handshake >= int(t_rot)
-    refused = not wireguard_run.probe_old_key(cluster.site(), rot[0].node, rot[0].retired_key, nodes[1], seconds=3.0)
-    shutil.rmtree(rot[0].retired_key.parent.parent, ignore_errors=True)
-    new_in_use = fresh and not stale
-    verdict = Verdict.PASS if survived and new_in_use and refused else Verdict.FAIL
-    detail = (
-        f"{len(rot)} static keys replaced; {job}; every peer handshook with the new keys after the "
-        f"rotation: {fresh}, old keys still configured: {stale}; a handshake with {rot[0].node}'s old key "
-        f"{'was refused' if refused else 'SUCCEEDED'}"
-    )
-    return RotationResult(
-        "wireguard",
-        tuple(nodes),
-        survived,
-        round(stall, 3),
-        round(baseline, 3),
-        round(storage_stall, 3),
-        failures,
-        new_in_use,
-        refused,
-        verdict,
-        detail,
-        tuple(sorted(old)),
-        tuple(sorted(new)),
-        _iso(t_rot),
-    )
+    The rotation itself, per layer, is :mod:`ringfence.secure.rotation`'s (also ``encrypt rotate``'s).
+    """
+    enabled = StateStore(cluster.site().name).read().info
+    layers = [layer for layer in rotation.ROTATORS if layer in enabled]
+    if not layers:
+        return ()
+    return rotation.rotate_live(cluster.site(), cluster.policy(), layers, watch=cluster, settle=settle,
+                                evidence=evidence)
 
 
 def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:

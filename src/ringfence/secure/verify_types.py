@@ -31,6 +31,7 @@ class RotationResult:
     old_ids: tuple[str, ...] = ()  # fingerprints / public keys
     new_ids: tuple[str, ...] = ()
     at: str = ""  # ISO time of the rotation
+    failed_steps: int | None = None  # all-reduce steps that failed around it (None: the job was not watched)
 
 
 @dataclass(frozen=True)

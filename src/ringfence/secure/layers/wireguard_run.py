@@ -312,8 +312,10 @@ class WgRotated:
     retired_key: Path
 
 
-def rotate_wireguard(site: Site, *, evidence: EvidenceStore | None = None) -> tuple[WgRotated, ...]:
-    """Give every tunnelled node a new static key while traffic runs (make-before-break where WireGuard allows).
+def rotate_wireguard(site: Site, *, evidence: EvidenceStore | None = None,
+                     nodes: Iterable[str] | None = None) -> tuple[WgRotated, ...]:
+    """Give every tunnelled node (or those of ``nodes``) a new static key while traffic runs (make-before-break
+    where WireGuard allows).
 
     Per node: a new key; every peer learns the new public key (which takes over the allowed IPs at
     once), the node switches to it, the peers forget the old key. The old private key is moved to
@@ -327,8 +329,15 @@ def rotate_wireguard(site: Site, *, evidence: EvidenceStore | None = None) -> tu
         raise LayerError(f"WireGuard is not enabled on {site.name}")
     pubs: dict[str, str] = dict(info["public_keys"])
     handles = {n: Node(rt, n) for n in pubs}
+    chosen = set(nodes) if nodes is not None else set(pubs)
+    unknown = sorted(chosen - set(pubs))
+    if unknown:
+        raise LayerError(f"{', '.join(unknown)} is not in the WireGuard tunnel on {site.name}",
+                         hint=f"tunnelled: {', '.join(sorted(pubs))}")
     out: list[WgRotated] = []
     for node, w in handles.items():
+        if node not in chosen:
+            continue
         retired = store.directory / "retired" / f"wg-{node}"
         retired.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.replace(w.directory / "private.key", retired / "private.key")  # moved, never copied

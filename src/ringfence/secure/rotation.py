@@ -1,0 +1,269 @@
+"""Key rotation on the live path, per layer, from one explicit registry (:data:`ROTATORS`).
+
+A rotation is an operation users schedule (``ringfence encrypt rotate``) and one step of
+``verify keys`` (:func:`ringfence.secure.drills.rotate_under_load`). Both come here: the layer's
+:class:`Rotator` replaces its credentials through the site's executors, while a :class:`JobWatch`
+(the lab; any cluster whose job reports progress) samples the job's counters, so the result says
+what the job went through — the longest gap between all-reduce steps, failed storage/management
+requests and failed steps — and a probe with the *old* credential proves it is refused.
+
+Without a watch (an SSH site whose job reports nothing to us) the rotation is still made and the
+old credential still probed, but the job side is unobserved: the result's verdict is ``unknown``,
+never ``pass``.
+
+A new layer adds itself with one entry in :data:`ROTATORS` (``rotate`` and ``judge``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from ringfence.controls.interface import Verdict
+from ringfence.policy import Policy
+from ringfence.secure.layers import tls_run, wireguard_run
+from ringfence.secure.layers.interface import LayerError
+from ringfence.secure.layers.runtime import StateStore
+from ringfence.secure.verify_types import RotationResult
+from ringfence.targets.interface import Site
+
+__all__ = ["ROTATORS", "JobWatch", "Observed", "Rotator", "rotate_live", "rotator"]
+
+
+class JobWatch(Protocol):
+    """What the rotation watches: the job's progress counters and whether its ranks live."""
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        """``<node>-<agent>`` → ``{"counters": {...}, ...}``."""
+        ...
+
+    def workers_alive(self) -> bool:
+        """Whether every training rank still runs."""
+        ...
+
+
+_WORKER_FAILS = ("shard_failed", "checkpoint_failed", "report_failed", "shard_rejected", "checkpoint_rejected",
+                 "report_rejected")
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the job went through around one rotation (``watched`` False: nothing of it was seen)."""
+
+    t_rot: float
+    t_done: float
+    watched: bool
+    survived: bool
+    stall: float
+    baseline: float
+    storage_stall: float
+    failures: int
+    failed_steps: int
+    job: str
+
+
+@dataclass(frozen=True)
+class Rotator:
+    """One layer's rotation: ``rotate(site, policy, nodes, evidence)`` replaces the credentials and returns
+    what it replaced; ``judge(site, rotated, observed)`` probes the old credential and gives the result."""
+
+    layer: str
+    rotate: Callable[[Site, Policy, Sequence[str] | None, Any], tuple[Any, ...]]
+    judge: Callable[[Site, tuple[Any, ...], Observed], RotationResult]
+
+
+class _Sampler:
+    """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
+
+    def __init__(self, watch: JobWatch, workers: tuple[str, ...]) -> None:
+        self.watch, self.workers = watch, workers
+        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            st = self.watch.agent_status()
+            self.samples.append(
+                (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers}))
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def progress_times(self, worker: str, counter: str) -> list[float]:
+        """Sample times at which ``counter`` of ``worker`` had grown since the previous sample."""
+        out, last = [], None
+        for t, c in self.samples:
+            v = c.get(worker, {}).get(counter, 0)
+            if last is not None and v > last:
+                out.append(t)
+            last = v
+        return out
+
+    def value(self, worker: str, counter: str, index: int) -> int:
+        """``counter`` of ``worker`` in sample ``index``."""
+        return int(self.samples[index][1].get(worker, {}).get(counter, 0))
+
+
+def _max_gap(times: list[float], start: float, end: float) -> float:
+    points = [start, *[t for t in times if start < t < end], end]
+    return max(b - a for a, b in zip(points, points[1:], strict=False))
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat()
+
+
+def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Callable[[], None]) -> Observed:
+    """Run ``act`` (the rotations) while sampling the job; wait until it stepped and checkpointed after."""
+    with _Sampler(watch, workers) as sampler:
+        time.sleep(2.0)  # a baseline of steps before the rotation: a measurement period, not a wait for an event
+        t_rot = time.time()
+        act()
+        t_done = time.time()
+        deadline = t_done + settle + 10.0
+        while time.time() < t_done + settle or (
+            time.time() < deadline
+            and not all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
+        ):
+            time.sleep(0.2)
+        t_end = time.time()
+    steps = {w: sampler.progress_times(w, "steps") for w in workers}
+    before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t_rot]
+    baseline = statistics.median(before) if before else 0.0
+    stall = max(_max_gap(steps[w], t_rot, t_end) for w in workers)
+    storage_stall = max(_max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
+    failures = sum(sampler.value(w, c, -1) - sampler.value(w, c, 0) for w in workers for c in _WORKER_FAILS)
+    failed_steps = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
+    ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
+    steps_after = all(any(t > t_done for t in steps[w]) for w in workers)
+    survived = watch.workers_alive() and failed_steps == 0 and steps_after and ckpt_after
+    job = (f"job {'survived' if survived else 'FAILED'}: steps after rotation {steps_after}, checkpoints after "
+           f"{ckpt_after}, all-reduce failures {failed_steps}; longest step gap {stall:.2f}s (baseline "
+           f"{baseline:.2f}s), {failures} storage/management request failures")
+    return Observed(t_rot, t_done, True, survived, stall, baseline, storage_stall, failures, failed_steps, job)
+
+
+def _result(layer: str, nodes: Sequence[str], obs: Observed, new_in_use: bool, refused: bool, detail: str,
+            old: set[str], new: set[str], at: float) -> RotationResult:
+    if not obs.watched:
+        verdict = Verdict.FAIL if not (new_in_use and refused) else Verdict.UNKNOWN
+    else:
+        verdict = Verdict.PASS if obs.survived and new_in_use and refused else Verdict.FAIL
+    return RotationResult(layer, tuple(nodes), obs.survived, round(obs.stall, 3), round(obs.baseline, 3),
+                          round(obs.storage_stall, 3), obs.failures, new_in_use, refused, verdict, detail,
+                          tuple(sorted(old)), tuple(sorted(new)), _iso(at), obs.failed_steps if obs.watched else None)
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+
+def _rotate_tls(site: Site, policy: Policy, nodes: Sequence[str] | None, evidence: Any) -> tuple[Any, ...]:
+    return tls_run.rotate_tls(site, policy, evidence=evidence, nodes=nodes)
+
+
+def _judge_tls(site: Site, rot: tuple[Any, ...], obs: Observed) -> RotationResult:
+    old = {r.old_fingerprint for r in rot}
+    new = {r.new_fingerprint for r in rot}
+    events = [e for e in tls_run.read_events(site, since=obs.t_done + 0.5) if e.get("result") == "allowed"]
+    seen = {e.get("peer_fingerprint") for e in events} | {e.get("own_fingerprint") for e in events}
+    # new in use: connections after the rotation carried a new certificate and none an old one. Unwatched,
+    # there may be no traffic at all: then only the absence of old certificates is known.
+    new_in_use = (bool(events) and (seen & new) != set() and not (seen & old)) or (not obs.watched
+                                                                                    and not (seen & old))
+    w0 = next((r for r in rot if r.node.startswith("worker")), rot[0])
+    storage = site.address("storage") if "storage" in site.hosts else site.address(w0.node)
+    old_probe = tls_run.probe_request(site, w0.node, w0.retired, f"https://{storage}:8080/healthz")
+    refused = old_probe.get("outcome") in ("refused", "closed")
+    detail = (f"{len(rot)} certificates re-issued and the old ones revoked; {obs.job}; {len(events)} connections "
+              f"after rotation, new fingerprints in use: {new_in_use}; old certificate of {w0.identity}: "
+              f"{old_probe.get('outcome')} ({old_probe.get('error', '')})")
+    return _result("tls", [r.node for r in rot], obs, new_in_use, refused, detail, old, new, obs.t_done)
+
+
+# --- WireGuard ------------------------------------------------------------------------------------
+
+
+def _rotate_wg(site: Site, policy: Policy, nodes: Sequence[str] | None, evidence: Any) -> tuple[Any, ...]:
+    return wireguard_run.rotate_wireguard(site, evidence=evidence, nodes=nodes)
+
+
+def _judge_wg(site: Site, rot: tuple[Any, ...], obs: Observed) -> RotationResult:
+    nodes = [r.node for r in rot]
+    new = {r.new_public for r in rot}
+    old = {r.old_public for r in rot}
+    tunnelled = list(StateStore(site.name).read().info.get("wireguard", {}).get("public_keys", {}))
+    fresh, stale = True, False
+    for n in nodes:
+        for p in wireguard_run.node_handle(site, n).peers():
+            stale |= p.public_key in old
+            # a handshake after the rotation proves the new keys carry traffic; unwatched, with no traffic of
+            # the job to drive one, only the absence of old keys is known
+            fresh &= p.latest_handshake >= int(obs.t_rot) or not obs.watched
+    peer = next((n for n in tunnelled if n != rot[0].node), None)
+    if peer is None:
+        raise LayerError(f"no other tunnelled node to probe {rot[0].node}'s old key against")
+    refused = not wireguard_run.probe_old_key(site, rot[0].node, rot[0].retired_key, peer, seconds=3.0)
+    shutil.rmtree(rot[0].retired_key.parent.parent, ignore_errors=True)
+    new_in_use = fresh and not stale
+    detail = (f"{len(rot)} static keys replaced; {obs.job}; every peer handshook after the rotation: {fresh}, old "
+              f"keys still configured: {stale}; a handshake with {rot[0].node}'s old key "
+              f"{'was refused' if refused else 'SUCCEEDED'}")
+    return _result("wireguard", nodes, obs, new_in_use, refused, detail, old, new, obs.t_rot)
+
+
+#: layer → its rotation. One explicit place; a layer that can rotate on the live path adds itself here.
+ROTATORS: Mapping[str, Rotator] = {
+    "tls": Rotator("tls", _rotate_tls, _judge_tls),
+    "wireguard": Rotator("wireguard", _rotate_wg, _judge_wg),
+}
+
+
+def rotator(layer: str) -> Rotator:
+    """The rotation of ``layer``; a :class:`LayerError` naming the ones there are otherwise."""
+    try:
+        return ROTATORS[layer]
+    except KeyError:
+        raise LayerError(f"layer {layer!r} has no live rotation", hint=f"rotatable: {', '.join(ROTATORS)}") from None
+
+
+def rotate_live(site: Site, policy: Policy, layers: Sequence[str], *, watch: JobWatch | None,
+                nodes: Sequence[str] | None = None, settle: float = 4.0, evidence: Any = None,
+                ) -> tuple[RotationResult, ...]:
+    """Rotate ``layers``' credentials (on ``nodes``, default all) while ``watch``'s job runs; judge each."""
+    chosen = [rotator(layer) for layer in layers]
+    enabled = StateStore(site.name).read().info
+    off = [r.layer for r in chosen if r.layer not in enabled]
+    if off:
+        raise LayerError(f"{', '.join(off)} is not enabled on {site.name}: nothing to rotate",
+                         hint=f"ringfence encrypt enable --layer {off[0]} …")
+    done: list[tuple[Rotator, tuple[Any, ...]]] = []
+
+    def act() -> None:
+        done.extend((r, r.rotate(site, policy, nodes, evidence)) for r in chosen)
+
+    if watch is not None:
+        workers = tuple(m for j in policy.jobs for m in j.members)
+        obs = _observe(watch, workers, settle, act)
+    else:
+        t0 = time.time()
+        act()
+        obs = Observed(t0, time.time(), False, False, 0.0, 0.0, 0.0, 0, 0,
+                       "the job was not observed (no progress source on this target)")
+    try:
+        return tuple(r.judge(site, rot, obs) for r, rot in done if rot)
+    finally:
+        # the retired credentials of every layer live under one directory: deleted only once all were probed
+        tls_run.forget_retired(site.name)
