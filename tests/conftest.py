@@ -41,7 +41,10 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         require_privileges()
     except EnvironmentProblem as exc:
         pytest.skip(f"the lab cannot run here: {exc.message}")
-    running = Lab.up(workers=2, jobs=1, traffic=True, wait=True)
+    # The ranks start directly, not under Slurm: tests here enforce policies learned from a short capture
+    # (discover), which cannot know the scheduler's rare RPCs, then restart the job under them. The Slurm
+    # lab has tests of its own (tests/lab/test_lab_slurm.py).
+    running = Lab.up(workers=2, jobs=1, traffic=True, wait=True, scheduler=False)
     try:
         # captured now, before any test can change the lab, so lab_capture is the as-found state
         out = tmp_path_factory.mktemp("lab-capture") / "lab-as-found.pcap"

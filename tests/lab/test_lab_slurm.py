@@ -3,6 +3,7 @@ on a real cluster) lists it with its nodes, and flows captured on the lab are at
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,36 @@ from ringfence.lab import Lab
 from ringfence.observe.flows.registry import read_any
 
 pytestmark = pytest.mark.privileged
+
+
+@pytest.fixture(scope="module")
+def slurm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Path]]:
+    """A lab of its own whose training job runs under Slurm (the session's lab starts its ranks directly),
+    and an 8 s capture of its traffic."""
+    from ringfence.errors import EnvironmentProblem
+    from ringfence.lab.netns import require_privileges
+
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    running = Lab.up(workers=2, jobs=1, traffic=True, wait=True, scheduler=True)
+    try:
+        out = tmp_path_factory.mktemp("slurm-capture") / "slurm-lab.pcap"
+        running.capture(8.0, out)
+        yield running, out
+    finally:
+        running.down()
+
+
+@pytest.fixture
+def lab(slurm_lab: tuple[Lab, Path]) -> Lab:
+    return slurm_lab[0]
+
+
+@pytest.fixture
+def lab_capture(slurm_lab: tuple[Lab, Path]) -> Path:
+    return slurm_lab[1]
 
 
 def test_squeue_in_mgmt_lists_the_training_job_with_its_nodes(lab: Lab) -> None:

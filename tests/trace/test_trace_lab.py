@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from ringfence.trace.reconstruct import FlowSpec, NoSample, load, reconstruct
 pytestmark = pytest.mark.privileged
 
 
-def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, tmp: Path) -> Trace:
-    """Wait (observing the logs, up to 60 s) until the flow is in the telemetry, then reconstruct it."""
+def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, tmp: Path,
+           after: datetime) -> Trace:
+    """Wait (observing the logs, up to 60 s) until a flow decided after ``after`` is in the telemetry, then
+    reconstruct it (the session's lab keeps the logs of earlier tests' policies: those are not this one's)."""
     points = lab_points(lab)
     dirs = {p: str(point_dir(lab.telemetry_dir, p)) for p in points}
     deadline = time.monotonic() + 60
@@ -34,7 +37,7 @@ def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, 
         try:
             trace = reconstruct(load(got.files), lab.policy(), sample,  # type: ignore[arg-type]
                                 spec=FlowSpec.parse(flow), store=store, target=target)
-            if trace.records or sample == "denied":
+            if (trace.records or sample == "denied") and datetime.fromisoformat(trace.decision.time) >= after:
                 return trace
         except NoSample:
             if time.monotonic() > deadline:
@@ -50,15 +53,19 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
     store = EvidenceStore.open(tmp_path / "evidence")
     target = f"lab:{lab.name}"
     addr = lab.topology.address
+    t_apply = datetime.now(UTC)
     applied = apply_policy(policy, points, store, target=target, inventory=lab_inventory(lab),
                            approved_by="reviewer@example", ticket="CHG-13")
     try:
-        first = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path)
+        first = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path,
+                       t_apply)
         # the points' logs are read one after another: the same connection again, once every point has written it
         f = first.flow
         time.sleep(1.0)
-        allowed = _trace(lab, store, target, "allowed", f"{f.src}:{f.sport}-{f.dst}:{f.dport}/tcp", tmp_path)
-        denied = _trace(lab, store, target, "denied", f"{addr('aux')}:*-{addr('storage')}:8080/tcp", tmp_path)
+        allowed = _trace(lab, store, target, "allowed", f"{f.src}:{f.sport}-{f.dst}:{f.dport}/tcp", tmp_path,
+                         t_apply)
+        denied = _trace(lab, store, target, "denied", f"{addr('aux')}:*-{addr('storage')}:8080/tcp", tmp_path,
+                        t_apply)
         # the CLI writes the same reconstruction, from the same logs
         out = tmp_path / "trace.json"
         code = main(["trace", "--sample", "denied", "--flow", f"{addr('aux')}:*-{addr('storage')}:8080/tcp",

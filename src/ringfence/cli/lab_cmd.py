@@ -33,7 +33,8 @@ def _attach(args: argparse.Namespace) -> Any:
 def _up(args: argparse.Namespace) -> int:
     lab_pkg = _lab_module()
     print(f"bringing up a lab with {args.workers} workers, {args.jobs} job(s)…", file=sys.stderr)
-    lab = lab_pkg.Lab.up(workers=args.workers, jobs=args.jobs, name=args.name, traffic=not args.no_traffic)
+    lab = lab_pkg.Lab.up(workers=args.workers, jobs=args.jobs, name=args.name, traffic=not args.no_traffic,
+                         scheduler=not args.no_scheduler)
     print(f"lab {lab.name} is up{'' if args.no_traffic else ' and traffic is flowing'}", file=sys.stderr)
     print(lab.name)
     return 0
@@ -163,6 +164,8 @@ def register(sub: Any) -> None:
     up.add_argument("--workers", type=int, default=2, help="worker nodes (default 2)")
     up.add_argument("--jobs", type=int, default=1, help="training jobs sharing the workers (default 1)")
     up.add_argument("--no-traffic", action="store_true", help="start only the servers")
+    up.add_argument("--no-scheduler", action="store_true",
+                    help="start the training ranks directly, without the lab's Slurm")
     up.set_defaults(func=_up)
 
     st = named(lsub.add_parser("status", help="show a lab's nodes, services and processes"))

@@ -143,25 +143,32 @@ class Lab:
         wait: bool = True,
         root: Path = DEFAULT_ROOT,
         timeout: float = 90.0,
+        scheduler: bool = True,
     ) -> Lab:
         """Build a lab, start its services and (unless ``traffic=False``) its traffic.
 
         With ``wait``, returns once every traffic class has been seen flowing (see
         :meth:`wait_for_traffic`). On any failure, everything made so far is removed again.
+        ``scheduler``: the training ranks run under the lab's Slurm (``sbatch``/``srun``); without it
+        they are started directly and no Slurm runs.
         """
         netns.require_privileges()
-        sched.require_slurm()  # the training job runs under Slurm: say so before anything is built
+        if scheduler:
+            sched.require_slurm()  # the training job runs under Slurm: say so before anything is built
         name = name or cls._fresh_name(root)
         topo = build_topology(name, workers, jobs)  # validates before anything is created
         paths = StatePaths(root, name)
-        create_state(paths, LabState(prefix=name, workers=workers, jobs=jobs, created=now_iso()))
+        create_state(paths, LabState(prefix=name, workers=workers, jobs=jobs, created=now_iso(),
+                                     scheduler=scheduler))
         lab = cls(topo, paths)
         try:
             lab._build()
             lab.start_telemetry()
-            lab.start_scheduler(wait=False)  # the daemons initialise while the servers start
+            if scheduler:
+                lab.start_scheduler(wait=False)  # the daemons initialise while the servers start
             lab.start_services()
-            lab.wait_for_scheduler()
+            if scheduler:
+                lab.wait_for_scheduler()
             set_phase(paths, "up")
             if traffic:
                 lab.start_traffic(wait=wait, timeout=timeout)
@@ -411,7 +418,19 @@ class Lab:
         # the workers name storage and mgmt: each resolves them once through the lab's dnsmasq
         named = {n: telemetry.dns_name(topo, n) for n in ("storage", "mgmt")}
         fallback = [a for n, name in named.items() for a in ("--fallback-address", f"{name}={topo.address(n)}")]
+        direct = not read_state(self.paths).scheduler
         for job in topo.jobs:
+            if direct:  # no scheduler: each rank started in its node's namespace
+                master = topo.address(job.members[0])
+                for rank, node in enumerate(job.members):
+                    self._agent(
+                        node, "worker", "traffic",
+                        ["--job", job.name, "--rank", str(rank), "--world", str(len(job.members)),
+                         "--master-addr", master, "--master-port", str(job.master_port),
+                         "--storage", f"{named['storage']}:8080", "--mgmt", f"{named['mgmt']}:8000", *fallback],
+                        env={"GLOO_SOCKET_IFNAME": topo.interface(node), "OMP_NUM_THREADS": "1"},
+                    )
+                continue
             self._submit_job(job.name, job.members, job.master_port, f"{named['storage']}:8080",
                              f"{named['mgmt']}:8000", fallback)
         self._agent("user", "user", "traffic", ["--mgmt", mgmt])

@@ -64,6 +64,7 @@ class LabState:
     namespaces: tuple[str, ...] = ()
     processes: tuple[ProcessRecord, ...] = ()
     tls: dict[str, TlsPaths] = field(default_factory=dict)
+    scheduler: bool = True  # the training ranks run under the lab's Slurm (False: started directly)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -80,6 +81,7 @@ class LabState:
                 for p in self.processes
             ],
             "tls": {k: {"cert": v.cert, "key": v.key, "ca": v.ca} for k, v in self.tls.items()},
+            "scheduler": self.scheduler,
         }
 
     @classmethod
@@ -101,6 +103,7 @@ class LabState:
                     for p in data["processes"]
                 ),
                 tls={str(k): TlsPaths(str(v["cert"]), str(v["key"]), str(v["ca"])) for k, v in data["tls"].items()},
+                scheduler=bool(data.get("scheduler", True)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LabStateError(where, f"malformed lab state: {exc!r}") from exc
