@@ -53,9 +53,9 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
     store = EvidenceStore.open(tmp_path / "evidence")
     target = f"lab:{lab.name}"
     addr = lab.topology.address
-    t_apply = datetime.now(UTC)
     applied = apply_policy(policy, points, store, target=target, inventory=lab_inventory(lab),
                            approved_by="reviewer@example", ticket="CHG-13")
+    t_apply = datetime.now(UTC)  # once every point holds the policy (the fabric's is loaded first)
     try:
         first = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path,
                        t_apply)
