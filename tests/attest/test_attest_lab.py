@@ -198,12 +198,17 @@ def test_the_verb_exits_0_when_all_are_admitted_and_1_naming_the_refused(
 
 # Last: with every rank cut off for longer than gloo's timeout the job itself may end (that is denial).
 def test_a_stopped_verifier_leaves_no_node_admitted_cve_2022_3500(bench: Bench) -> None:
-    short = lab_allowlist("8s")
+    # the interval must outlast one round, or the first node's admission lapses before the last is checked:
+    # measure a round on this machine (a busy one takes many seconds), then take a few times that
+    t0 = time.monotonic()
+    attest_round(bench.site, lab_allowlist("10m"), bench.registry, store=bench.store)
+    seconds = max(8, int(3 * (time.monotonic() - t0)) + 1)
+    short = lab_allowlist(f"{seconds}s")
     try:
         rnd = attest_round(bench.site, short, bench.registry, store=bench.store)
         assert rnd.all_admitted and bench.site.gate.admitted()  # (probes would race the short timeout here)
         # the verifier now stops: no renewal. The kernel drops the admissions on its own.
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + seconds + 40
         while bench.site.gate.admitted():
             assert time.monotonic() < deadline, f"admissions outlived the interval: {bench.site.gate.admitted()}"
             time.sleep(0.2)
