@@ -260,7 +260,8 @@ def fail_closed_ipsec(cluster: Cluster, policy: Policy, work: Path, *, kind: str
         _push(cluster, b, bad)
         for sa in ha.sas():
             if sa.name == tunnel:
-                ha.swanctl("--terminate", "--ike-id", str(sa.uniqueid), timeout=timeout)
+                # --force: delete at once, not after the peer's answer (a busy peer left it waiting past the bound)
+                ha.swanctl("--terminate", "--ike-id", str(sa.uniqueid), "--force", timeout=timeout)
         # the old SA is gone and no new one authenticates (observed on both ends)
         _poll(f"{tunnel} without an SA", lambda: _tunnel_sa(ha.sas(), tunnel) is None, timeout)
         steps0 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
