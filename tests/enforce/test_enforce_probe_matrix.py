@@ -172,3 +172,20 @@ def test_an_unreachable_source_keeps_its_probes_named_and_unproven(two_jobs: Pol
     assert "worker-1 unreachable" in allow_down.detail and deny_down.by_policy is not True
     assert judge_probe(admin_meta, deny_down).verdict is Verdict.UNKNOWN  # never a pass
     assert len(store.get(run.evidence).data["probes"]) == 3  # nothing silently skipped
+
+
+class _Slow:
+    """A host whose every command runs past its bound (a busy SSH host)."""
+
+    name = "slow"
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        return RunResult(tuple(argv), -9, b"", b"", timeout, timed_out=True)
+
+
+def test_a_denied_set_read_that_times_out_is_unknown_not_an_error_or_empty() -> None:
+    from ringfence.enforce.probe_matrix import denied_counters
+
+    # left out (what a probe judged against it cannot use), never read as an empty set, never a crash
+    assert denied_counters({"worker-0": _Slow()}) == {}

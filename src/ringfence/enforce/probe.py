@@ -153,6 +153,8 @@ def denied_packets(executors: Sequence[Executor], saddr: str, daddr: str, sport:
     for ex in executors:
         for family in ("inet", "bridge"):
             res = ex.run(["nft", "-j", "list", "set", family, TABLE, "denied"], timeout=30)
+            if res.timed_out:
+                raise NftError(f"{ex.name}: reading the denied set gave no answer within 30s")
             if res.returncode != 0:
                 err = res.stderr.decode(errors="replace")
                 if "No such file or directory" in err:

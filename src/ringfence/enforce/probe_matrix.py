@@ -144,6 +144,8 @@ def denied_counters(points: Mapping[str, Executor]) -> dict[str, dict[DeniedKey,
             res = ex.run(["nft", "-j", "list", "set", family, TABLE, "denied"], timeout=30)
         except TargetError:
             return f"{scope}/{family}", None  # unreachable: no counters from here, so nothing proven by them
+        if res.timed_out:
+            return f"{scope}/{family}", None  # no answer in time: the same — unknown, never an empty set
         out: dict[DeniedKey, int] = {}
         if res.returncode != 0:
             err = res.stderr.decode(errors="replace")
