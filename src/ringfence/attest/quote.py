@@ -116,10 +116,9 @@ def check_quote(
         elif att.reset_count == reset and (att.restart_count < restart or att.clock <= clock):
             problems.append(f"TPM clock went back or stood still ({att.clock} ≤ {clock} ms since reset {reset}):"
                             " an old quote")
-        elif att.reset_count == reset and not att.safe:
-            # within one reset cycle the clock comparison is the replay guard: a clock the TPM does not
-            # vouch for may repeat values. After a reset (power loss) it is not needed, so safe may be clear.
-            problems.append("the TPM does not vouch for its clock (clockInfo.safe is clear) within a reset cycle")
+        # clockInfo.safe is not judged: it is clear after any unorderly start until the TPM next writes
+        # its clock to NV (tens of minutes), while within one reset cycle the clock only moves forward in
+        # the TPM's RAM — the comparison above holds either way, and the fresh nonce is the replay guard.
     return QuoteCheck(tuple(problems), att)
 
 
