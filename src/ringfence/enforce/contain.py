@@ -284,8 +284,10 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
                    for d, port in sensitive if d not in subject.nodes and d not in collector_nodes]
     for node in subject.nodes:
         ports = sorted(listening.get(node, frozenset()))
+        # a collector may still reach the contained node (it gathers the evidence): a denial is shown
+        # from an approved peer that is not one
         peers = [p for p in base.probes if p.destination == node and p.source not in subject.nodes
-                 and p.expected == "allow"]
+                 and p.source not in collector_nodes and p.expected == "allow"]
         if peers:
             probes.append(ProbeSpec(peers[0].source, node, addrs[node], peers[0].port, "deny",
                                     why=f"approved peer {peers[0].source} → contained {node}"))

@@ -1,0 +1,25 @@
+"""The containment plan never expects a collector to be refused: it may reach the contained node."""
+
+from __future__ import annotations
+
+from ringfence.enforce.contain import containment_plan, resolve_subject
+from ringfence.lab.policy_text import render_policy
+from ringfence.lab.topology import build_topology
+from ringfence.policy import parse_policy
+
+
+def test_the_inbound_denial_is_probed_from_a_peer_that_is_not_a_collector() -> None:
+    topo = build_topology("rfplan", 2, 1)
+    # aux runs an sshd reached from the jump host (the SSH inventory's path): jump is then an approved peer
+    policy = parse_policy(render_policy(topo, {"aux"}), "plan")
+    subject = resolve_subject(policy, node="aux")
+    listening = {"aux": frozenset({22}), "mgmt": frozenset({8000, 22}), "storage": frozenset({8080})}
+    sources = [n.name for n in policy.nodes]
+    jump, mgmt = topo.address("jump"), topo.address("mgmt")
+    inbound = [p for p in containment_plan(policy, subject, (mgmt, jump), listening, sources).probes
+               if p.destination == "aux" and p.expected == "deny"]
+    assert all(p.source not in ("jump", "mgmt") for p in inbound), inbound
+    # without jump as a collector, jump is the approved peer the denial is shown from
+    plain = [p for p in containment_plan(policy, subject, (mgmt,), listening, sources).probes
+             if p.destination == "aux" and p.expected == "deny"]
+    assert [p.source for p in plain] == ["jump"]
