@@ -39,6 +39,8 @@ from fuzz_entries import (  # noqa: E402 - the kit lives with the tests
     written_seeds,
 )
 
+import ringfence  # noqa: E402 - after the path set-up, as the kit below
+
 #: Kept per failure signature: a few reproducers, not thousands.
 KEEP_PER_SIGNATURE = 3
 #: libFuzzer's wall-clock backstop for an input that never returns (the CPU-time check catches the rest).
@@ -49,8 +51,12 @@ RSS_LIMIT_MB = 2048
 
 def _signature(exc: BaseException) -> str:
     """Exception type and the innermost ringfence frame: one line per distinct bug, not per input."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/ringfence/" in f.filename]
-    where = f"{frames[-1].filename.split('/ringfence/')[-1]}:{frames[-1].lineno}" if frames else "?"
+    # frames of the installed package itself, not of any path that merely contains "ringfence" (a
+    # checkout named so holds the tests and this script too)
+    package = str(Path(ringfence.__file__).resolve().parent) + "/"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if str(Path(f.filename).resolve()).startswith(package)]
+    where = (f"ringfence/{str(Path(frames[-1].filename).resolve())[len(package):]}:{frames[-1].lineno}"
+             if frames else "?")
     return f"{type(exc).__name__} at {where}"
 
 
