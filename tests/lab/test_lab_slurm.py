@@ -80,3 +80,44 @@ def test_captured_flows_are_attributed_to_the_slurm_job_and_its_user(lab: Lab, l
     # nodes outside every job (user, jump, aux) get none
     others = {lab.topology.address(n) for n in ("user", "jump", "aux")}
     assert all(r["src_job"] is None for r in out if r["src"] in others)
+
+
+def _naming(directory: str) -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if directory in cmd:
+            out.append(f"{proc.name} {cmd.strip()}")
+    return out
+
+
+def test_lab_down_leaves_no_slurm_process_behind() -> None:
+    # the batch script's srun outlived every Slurm lab once: orphaned when its step daemon went, waiting on
+    # a stopped controller, ignoring SIGTERM — nothing of a lab may run once `lab down` returns
+    from ringfence.errors import EnvironmentProblem
+    from ringfence.lab.netns import require_privileges
+
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    lab = Lab.up(workers=2, jobs=1, traffic=True, wait=True, scheduler=True)
+    directory = f"{lab.paths.directory}/"
+    try:
+        assert any("srun" in p for p in _naming(directory))  # the job really runs under srun
+        # enforced, the lab's policy (which does not yet declare Slurm's own paths) cuts srun off its
+        # controller: the case in which it was left behind
+        from ringfence.enforce.apply import apply_policy
+        from ringfence.evidence import EvidenceStore
+        from ringfence.lab.points import lab_inventory, lab_points
+
+        apply_policy(lab.policy(), lab_points(lab), EvidenceStore.open(lab.paths.directory / "evidence"),
+                     target=f"lab:{lab.name}", inventory=lab_inventory(lab))
+    finally:
+        lab.down()
+    assert _naming(directory) == []

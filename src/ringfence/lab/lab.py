@@ -668,7 +668,7 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
         leftovers |= left
         stopped += sorted(ended)
         if i == 0:  # the ranks have ended: their Slurm step daemons finish before the scheduler stops
-            stopped += sorted(sched.end_job_steps(spaces))
+            stopped += sorted(sched.end_job_steps(spaces, marker))
     # processes we did not record (none should exist) keep a deleted namespace alive: report, never kill
     strays = {pid for ns in spaces for pid in netns.namespace_pids(ns) if procs.is_alive(pid)}
     deleted = tuple(sorted(ns for ns in spaces if netns.delete_namespace(ns)))

@@ -236,34 +236,47 @@ def wait_nodes_ready(namespace: str, paths: SlurmPaths, nodes: Iterable[str], *,
         time.sleep(0.1)
 
 
-def _step_daemons(namespaces: Iterable[str]) -> set[int]:
-    """Pids of slurmstepd processes inside the lab's namespaces (started by the lab's slurmd, so ours)."""
-    out: set[int] = set()
+def _job_processes(namespaces: Iterable[str], marker: str) -> tuple[set[int], set[int]]:
+    """(step daemons, job-step launchers) inside the lab's namespaces: every ``slurmstepd`` there (started
+    by the lab's slurmd, so ours), and every ``srun`` whose command line names the lab's directory (the
+    batch script's launcher of the rank script)."""
+    steps: set[int] = set()
+    launchers: set[int] = set()
     for ns in namespaces:
         for pid in netns.namespace_pids(ns):
             try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmstepd":
-                    out.add(pid)
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                if comm == "slurmstepd":
+                    steps.add(pid)
+                elif comm == "srun" and marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    launchers.add(pid)
             except OSError:
                 continue  # ended meanwhile
-    return out
+    return steps, launchers
 
 
-def end_job_steps(namespaces: Iterable[str], *, timeout: float = 10.0) -> set[int]:
-    """Wait (observing /proc) for the lab's slurmstepd processes to finish once their ranks ended, then
-    SIGKILL, by pid, any still there: a step daemon names no lab path on its command line, so the
-    marker check of :func:`procs.stop` cannot vouch for it — living in this lab's namespace does.
-    Returns the pids that had to be killed."""
+def end_job_steps(namespaces: Iterable[str], marker: str, *, timeout: float = 10.0) -> set[int]:
+    """End what Slurm started for the lab's jobs once their ranks ended; returns the pids killed.
+
+    The batch script's ``srun`` is killed at once, by pid: with its ranks gone it waits on a controller
+    that is about to stop, ignores SIGTERM, and, orphaned when its step daemon goes, would outlive the
+    lab. Then the step daemons get ``timeout`` s to finish (observed in /proc) before SIGKILL: a step
+    daemon names no lab path on its command line, so the marker check of :func:`procs.stop` cannot vouch
+    for it — living in this lab's namespace does.
+    """
     spaces = tuple(namespaces)
-    deadline = time.monotonic() + timeout
-    left = _step_daemons(spaces)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = _step_daemons(spaces)
-    for pid in left:
+    steps, launchers = _job_processes(spaces, marker)
+    for pid in launchers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return left
+    deadline = time.monotonic() + timeout
+    while steps and time.monotonic() < deadline:
+        time.sleep(0.1)
+        steps = _job_processes(spaces, marker)[0]
+    for pid in steps:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return launchers | steps
 
 
 __all__ = [
