@@ -27,6 +27,7 @@ from ringfence.secure.layers import ipsec_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.ipsec_sas import IkeSa
 from ringfence.secure.layers.runtime import StateStore
+from ringfence.secure.rotation import Sampler, max_gap
 from ringfence.secure.verify_types import FailClosedResult
 from ringfence.targets.interface import RunResult
 
@@ -36,50 +37,6 @@ _REFUSALS = ("certificate was revoked", "no trusted", "no issuer certificate", "
 
 # The job-progress helpers below mirror drills.py's private ones (the import graph forbids reaching into another
 # module's private parts); moving both into one public helper module is a refactor for the integrator.
-class _Sampler:
-    """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
-
-    def __init__(self, cluster: Cluster, workers: tuple[str, ...]) -> None:
-        self.cluster, self.workers = cluster, workers
-        self.samples: list[tuple[float, dict[str, dict[str, int]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            st = self.cluster.agent_status()
-            self.samples.append(
-                (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers}))
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def progress_times(self, worker: str, counter: str) -> list[float]:
-        """Sample times at which ``counter`` of ``worker`` had grown since the previous sample."""
-        out, last = [], None
-        for t, c in self.samples:
-            v = c.get(worker, {}).get(counter, 0)
-            if last is not None and v > last:
-                out.append(t)
-            last = v
-        return out
-
-    def value(self, worker: str, counter: str, index: int) -> int:
-        """``counter`` of ``worker`` in sample ``index``."""
-        return int(self.samples[index][1].get(worker, {}).get(counter, 0))
-
-
-def _max_gap(times: list[float], start: float, end: float) -> float:
-    points = [start, *[t for t in times if start < t < end], end]
-    return max(b - a for a, b in zip(points, points[1:], strict=False))
-
-
 def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:
     """(plaintext payload bytes, flows) of class ``cls`` touching ``addresses``."""
     rows = [r for r in flows.select(["src", "dst", "class", "protection", "payload_bytes"]).to_pylist()
@@ -136,7 +93,7 @@ def _tunnel_sa(sas: tuple[IkeSa, ...], tunnel: str) -> IkeSa | None:
     return next((s for s in sas if s.name == tunnel and s.state == "ESTABLISHED" and s.installed()), None)
 
 
-def _steps_after(sampler: _Sampler, workers: tuple[str, ...], t: float, n: int) -> bool:
+def _steps_after(sampler: Sampler, workers: tuple[str, ...], t: float, n: int) -> bool:
     return all(sum(1 for x in sampler.progress_times(w, "steps") if x > t) >= n for w in workers)
 
 
@@ -147,7 +104,7 @@ def rekey_under_load(cluster: Cluster, *, steps_after: int = 3, timeout: float =
     h = ipsec_run.node_handle(site, node)
     workers = _workers(cluster)
     out: list[RekeyResult] = []
-    with _Sampler(cluster, workers) as sampler:
+    with Sampler(cluster, workers) as sampler:
         start = time.time()
         # a baseline of steps before the first rekey, observed rather than slept for
         _poll("a baseline of 3 steps per rank", lambda: _steps_after(sampler, workers, start, 3), timeout)
@@ -180,7 +137,7 @@ def rekey_under_load(cluster: Cluster, *, steps_after: int = 3, timeout: float =
             steps = {w: sampler.progress_times(w, "steps") for w in workers}
             before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t0]
             baseline = statistics.median(before) if before else 0.0
-            stall = max(_max_gap(steps[w], t0, t_end) for w in workers)
+            stall = max(max_gap(steps[w], t0, t_end) for w in workers)
             failed = sum(sampler.value(w, "allreduce_failed", -1) - sampler.value(w, "allreduce_failed", first)
                          for w in workers)
             survived = cluster.workers_alive() and failed == 0

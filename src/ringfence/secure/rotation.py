@@ -33,7 +33,7 @@ from ringfence.secure.layers.runtime import StateStore
 from ringfence.secure.verify_types import RotationResult
 from ringfence.targets.interface import Site
 
-__all__ = ["ROTATORS", "JobWatch", "Observed", "Rotator", "rotate_live", "rotator"]
+__all__ = ["ROTATORS", "JobWatch", "Observed", "Rotator", "Sampler", "max_gap", "rotate_live", "rotator"]
 
 
 class JobWatch(Protocol):
@@ -78,7 +78,7 @@ class Rotator:
     judge: Callable[[Site, tuple[Any, ...], Observed], RotationResult]
 
 
-class _Sampler:
+class Sampler:
     """Samples the workers' counters every 0.1 s in a thread: when did each rank last make progress?"""
 
     def __init__(self, watch: JobWatch, workers: tuple[str, ...]) -> None:
@@ -94,7 +94,7 @@ class _Sampler:
                 (time.time(), {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers}))
             self._stop.wait(0.1)
 
-    def __enter__(self) -> _Sampler:
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 
@@ -117,7 +117,8 @@ class _Sampler:
         return int(self.samples[index][1].get(worker, {}).get(counter, 0))
 
 
-def _max_gap(times: list[float], start: float, end: float) -> float:
+def max_gap(times: list[float], start: float, end: float) -> float:
+    """The longest stretch of ``[start, end]`` with no progress time of ``times`` in it."""
     points = [start, *[t for t in times if start < t < end], end]
     return max(b - a for a, b in zip(points, points[1:], strict=False))
 
@@ -128,7 +129,7 @@ def _iso(t: float) -> str:
 
 def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Callable[[], None]) -> Observed:
     """Run ``act`` (the rotations) while sampling the job; wait until it stepped and checkpointed after."""
-    with _Sampler(watch, workers) as sampler:
+    with Sampler(watch, workers) as sampler:
         time.sleep(2.0)  # a baseline of steps before the rotation: a measurement period, not a wait for an event
         t_rot = time.time()
         act()
@@ -143,8 +144,8 @@ def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Call
     steps = {w: sampler.progress_times(w, "steps") for w in workers}
     before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t_rot]
     baseline = statistics.median(before) if before else 0.0
-    stall = max(_max_gap(steps[w], t_rot, t_end) for w in workers)
-    storage_stall = max(_max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
+    stall = max(max_gap(steps[w], t_rot, t_end) for w in workers)
+    storage_stall = max(max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
     failures = sum(sampler.value(w, c, -1) - sampler.value(w, c, 0) for w in workers for c in _WORKER_FAILS)
     failed_steps = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
     ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
