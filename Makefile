@@ -28,7 +28,7 @@ typecheck: install
 	$(BIN)/mypy --strict src/ringfence
 
 test: install sysdeps lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider --timeout=600
+	$(BIN)/pytest -q -p no:cacheprovider --timeout=600 --durations=40
 
 test-quick: install
 	$(BIN)/pytest -q -m "not privileged and not slow"

@@ -225,14 +225,25 @@ def fail_closed_ipsec(cluster: Cluster, policy: Policy, work: Path, *, kind: str
         # the job's TCP backs off while its packets are dropped: capture again, up to three windows, until the
         # drilled traffic (IKE attempts, any collective) is seen — a drill that saw nothing tried proves nothing
         # An explicit terminate starts no new IKE SA by itself, so the initiator is asked to (its refusal is the
-        # point) while each window records — on a thread, as the capture blocks.
+        # point) again and again until the window closes — on a thread, as the capture blocks. One request at
+        # the window's start was not enough: a refusal is quick, and on a busy machine it was over before the
+        # capture (which waits for every tcpdump to be recording) had begun.
         attempts: list[RunResult] = []
         for windows in range(1, 4):  # noqa: B007 - the count is reported
-            asker = threading.Thread(target=lambda: attempts.append(
-                ha.attempt("--initiate", "--child", tunnel, timeout=timeout)), daemon=True)
+            closed = threading.Event()
+
+            def ask(closed: threading.Event = closed) -> None:
+                while not closed.is_set():
+                    attempts.append(ha.attempt("--initiate", "--child", tunnel, timeout=timeout))
+                    closed.wait(0.3)
+
+            asker = threading.Thread(target=ask, daemon=True)
             asker.start()
-            flows = capture_flows(cluster, seconds, work / f"failclosed-ipsec-{kind}-{windows}.pcap", policy)
-            asker.join(timeout)
+            try:
+                flows = capture_flows(cluster, seconds, work / f"failclosed-ipsec-{kind}-{windows}.pcap", policy)
+            finally:
+                closed.set()
+                asker.join(timeout)
             if _plaintext_from(flows, "collective", addrs)[1] > 0:
                 break
         steps1 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
