@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "apply": "ringfence.cli.apply_cmd",
     "probe": "ringfence.cli.probe_cmd",
     "contain": "ringfence.cli.contain_cmd",
+    "drill": "ringfence.cli.drill_cmd",
     "pki": "ringfence.cli.pki_cmd",
     "encrypt": "ringfence.cli.encrypt_cmd",
     "verify": "ringfence.cli.verify_cmd",

@@ -1,0 +1,90 @@
+"""The bystander job: a job the drill does not touch, whose training is measured throughout the drill.
+
+Its ranks' ``steps`` counters are sampled every 0.1 s from the cluster (the lab's agents, or the
+progress files of SSH hosts — never the suspect's traffic). A baseline window before the attack shows
+it was training at all; during the drill, the longest stretch in which some rank made no step is its
+stall, judged against the budget. A rank that cannot be read leaves the measurement unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ringfence.drill.interface import Bystander, DrillError
+from ringfence.policy import Policy
+from ringfence.secure.rotation import JobWatch, Sampler, max_gap
+
+#: the longest stall of the bystander's ranks that a drill tolerates, when the policy sets none
+DEFAULT_BUDGET_S = 10.0
+#: how long the baseline is sampled before the drill acts (a measurement period, not a wait for an event)
+BASELINE_S = 2.0
+
+
+def bystander_job(policy: Policy, suspects: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The first job none of whose members is a suspect node: (name, ranks). :class:`DrillError` if none."""
+    for job in policy.jobs:
+        if not set(job.members) & set(suspects):
+            return job.name, tuple(job.members)
+    raise DrillError(
+        f"no job runs apart from {', '.join(suspects) or 'the drilled nodes'}: there is no bystander to measure",
+        hint="run the drill on a cluster with two jobs (ringfence lab up --workers 4 --jobs 2)",
+    )
+
+
+@dataclass
+class Watch:
+    """The running measurement; :meth:`result` once the ``with`` block ends."""
+
+    job: str
+    ranks: tuple[str, ...]
+    sampler: Sampler
+    budget: float
+    t_start: float = 0.0
+    t_end: float = 0.0
+
+    def _steps(self, index: int) -> int:
+        return min(self.sampler.value(r, "steps", index) for r in self.ranks)
+
+    def result(self) -> Bystander:
+        """The bystander's measurement over the drill."""
+        s = self.sampler.samples
+        if not s:
+            return Bystander(self.job, self.ranks, 0, 0, None, self.budget, "no sample of its ranks was read")
+        unread = [r for r in self.ranks if not any(r in c and c[r] for _, c in s)]
+        if unread:
+            return Bystander(self.job, self.ranks, 0, 0, None, self.budget,
+                             f"no progress could be read from {', '.join(unread)}")
+        first = next((i for i, (t, _) in enumerate(s) if t >= self.t_start), len(s) - 1)
+        before = self._steps(first) - self._steps(0)
+        during = self._steps(len(s) - 1) - self._steps(first)
+        if before <= 0:
+            return Bystander(self.job, self.ranks, before, during, None, self.budget,
+                             f"not training before the drill (no step in the {BASELINE_S:g}s baseline)")
+        stalls = {r: max_gap(self.sampler.progress_times(r, "steps"), self.t_start, self.t_end) for r in self.ranks}
+        worst = max(stalls, key=lambda r: stalls[r])
+        return Bystander(
+            self.job, self.ranks, before, during, round(stalls[worst], 2), self.budget,
+            f"{during} steps during the drill ({self.t_end - self.t_start:.1f}s); longest stall "
+            f"{stalls[worst]:.1f}s at {worst} (budget {self.budget:g}s)",
+        )
+
+
+@contextmanager
+def watch_bystander(cluster: JobWatch, policy: Policy, suspects: Sequence[str], *,
+                    budget: float = DEFAULT_BUDGET_S) -> Iterator[Watch]:
+    """Measure the bystander job while the ``with`` block plays the drill (a baseline is taken first)."""
+    job, ranks = bystander_job(policy, suspects)
+    with Sampler(cluster, ranks) as sampler:
+        w = Watch(job, ranks, sampler, budget)
+        time.sleep(BASELINE_S)
+        w.t_start = time.time()
+        try:
+            yield w
+        finally:
+            w.t_end = time.time()
+
+
+__all__ = ["BASELINE_S", "DEFAULT_BUDGET_S", "Watch", "bystander_job", "watch_bystander"]
