@@ -146,8 +146,8 @@ def _load_facts(kind: str, paths: Sequence[str], content: Sequence[bytes]) -> tu
     loaded: list[Loaded] = load_many(kind, list(paths), list(content))
     if kind == "probes":
         value: object = tuple(r for lo in loaded for r in lo.value)
-    elif kind == "traces":
-        value = tuple(lo.value for lo in loaded)  # one per sample (allowed, denied), judged together
+    elif kind in ("traces", "drills"):
+        value = tuple(lo.value for lo in loaded)  # one per sample (allowed, denied) / per scenario, judged together
     elif kind == "bench":
         value = {"comparisons": [lo.value for lo in loaded]}  # one per layer (canary) compared
     elif len(loaded) == 1:

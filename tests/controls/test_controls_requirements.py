@@ -17,12 +17,15 @@ import pyarrow as pa
 import pytest
 from ctl_kit import NOW, TAKEN, by_control, facts_for
 
-from flow_kit import EXT, JUMP, MGMT, STORAGE, USER, W0, W1, lab_policy
+from flow_kit import EXT, JUMP, MGMT, STORAGE, USER, W0, W1, policy_variant
 from ringfence.controls.interface import Facts, Finding, ProbeResult, Verdict, aggregate
 from ringfence.controls.registry import REGISTRY
 from ringfence.controls.requirements import enforce_requirements
+from ringfence.drill.interface import Attempt, Bystander, DrillReport
+from ringfence.policy.model import DRILL_SCENARIOS
 
-POLICY = lab_policy()
+# the lab policy, asking for every incident scenario to be drilled (so the drills' requirement is walked too)
+POLICY = policy_variant(lambda d: d.update(incident_drills={"scenarios": list(DRILL_SCENARIOS)}))
 AUX = "10.77.1.50"
 
 FLOWS = [
@@ -98,6 +101,15 @@ TRACES = tuple(
     for sample, src, node, rule, verdict in (("allowed", "10.77.1.10", "worker-0", "train-a-storage", "accept"),
                                              ("denied", "10.77.1.50", "aux", None, "drop")))
 
+# one passing drill per scenario (issue 14): the attack made, stopped by policy, detected; contained; the
+# bystander job stepping inside its budget throughout
+DRILLS = tuple(DrillReport(
+    name, "lab:rftest", (TAKEN - timedelta(minutes=5)).isoformat(), TAKEN.isoformat(),
+    (Attempt("attack", "aux", "storage (10.77.2.10:8080)", "the attack", False, "default drop@fabric/inet", True,
+             "NFLOG deny by aux", 0.4, 0, ("ev-drill",)),),
+    Bystander("train-a", ("worker-0", "worker-1"), 20, 40, 1.5, 10.0), True, "aux at node and fabric", 0.4, 1.1,
+    evidence=("ev-drill",)).to_json() for name in DRILL_SCENARIOS)
+
 _COMPLETE: list[Facts] = []
 
 
@@ -105,7 +117,7 @@ def complete() -> Facts:
     """Facts that prove every requirement of every control (built once: Facts is frozen)."""
     if not _COMPLETE:
         _COMPLETE.append(facts_for(POLICY, FLOWS, probes=PROBES, ruleset=RULESET, keys=KEYS, changes=CHANGES,
-                                   containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES))
+                                   containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES, drills=DRILLS))
     return _COMPLETE[0]
 
 
@@ -162,7 +174,7 @@ BREAKS: dict[str, Callable[[Facts, str], Facts]] = {
     "undated": _undated,
     "from the future": lambda f, name: dataclasses.replace(f, taken={**f.taken, name: NOW + timedelta(days=2)}),
 }
-CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment")
+CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment", "drills")
 
 CASES = [
     (cid, req.id, fact, how)

@@ -20,7 +20,8 @@ from ringfence.errors import InputError
 
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
-                "keys": "keys", "bench": "bench", "attestation": "attestation", "traces": "traces"}
+                "keys": "keys", "bench": "bench", "attestation": "attestation", "traces": "traces",
+                "drills": "drills"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -91,6 +92,8 @@ def register(sub: Any) -> None:
                    help="a reconstructed flow from `ringfence trace` (repeat: the allowed and the denied sample)")
     p.add_argument("--changes", metavar="FILE", help="applied-version history from `ringfence probe --changes`")
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
+    p.add_argument("--drill", dest="drills", action="append", metavar="FILE",
+                   help="an incident drill report from `ringfence drill run SCENARIO -o` (repeat: one per scenario)")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
     p.add_argument("--attestation", metavar="FILE",
                    help="node attestation verdicts and fabric probes from `ringfence attest verify --probe -o`")

@@ -1,20 +1,27 @@
 """Control point ``containment``: a compromised node can be isolated quickly, without hurting the rest.
 
 Reads ``Facts.containment`` when gathered: ``{"drills": [{"node": "aux", "isolated": true,
-"by_policy": true, "others_unaffected": true, "restored": true, "seconds": 1.8, "evidence": ["…"]}]}``.
+"by_policy": true, "others_unaffected": true, "restored": true, "seconds": 1.8, "evidence": ["…"]}]}``,
+and ``Facts.drills`` (``ringfence drill run SCENARIO -o``) when the policy lists incident scenarios
+(``incident_drills.scenarios``): each needs its newest drill passed, no older than ``incident_drills.every``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from ringfence.controls._common import remediation_text, unknown
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
+from ringfence.controls.requirements import max_age
 from ringfence.policy import Policy
 
 #: Requirement ids.
 ISOLATED, OTHERS, RESTORED = "isolated-by-policy", "others-unaffected", "restored"
+INCIDENTS = "incident-drills"
 DRILL = "ringfence contain --node NODE --drill --target lab -o containment.json"
+# the gather command of one scenario (the unmet-requirement finding names each missing scenario with its own)
+SCENARIO_DRILL = "ringfence drill run malicious-job --target lab -o drill-malicious-job.json"
 
 meta = ControlMeta(
     id="containment",
@@ -24,7 +31,7 @@ meta = ControlMeta(
     acceptance="Permitted: after containment, the rest of the cluster (and the job) still communicates and "
     "the node is restored when the drill ends. Denied: every path to and from the contained node times out "
     "or is reset by policy during the drill.",
-    facts=("containment",),
+    facts=("containment", "drills"),
     requirements=(
         Requirement(OTHERS, Side.PERMITTED,
                     "during containment the rest of the cluster and the job keep communicating", ("containment",),
@@ -34,6 +41,10 @@ meta = ControlMeta(
         Requirement(ISOLATED, Side.DENIED,
                     "every path to and from the contained node is blocked by policy, at the node and the fabric",
                     ("containment",), DRILL),
+        Requirement(INCIDENTS, Side.DENIED,
+                    "every incident scenario the policy lists (incident_drills.scenarios) was played recently: "
+                    "each attack stopped and detected, contained, the bystander job inside its budget",
+                    ("drills",), SCENARIO_DRILL, needed=lambda p: bool(p.incident_drills.scenarios)),
     ),
     remediation={
         "nftables": "a per-node quarantine set matched first in every chain (drop in and out, keep logging)",
@@ -105,17 +116,69 @@ def _judge(known: set[str], d: Mapping[str, object]) -> list[Finding]:
     return out
 
 
+def _when(text: object) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
+def _incidents(policy: Policy, facts: Facts) -> list[Finding]:
+    """The newest drill of each scenario: the policy's scenarios must each have passed recently; a failed
+    drill of any scenario is a failure (it names what got through)."""
+    reports: Sequence[Mapping[str, object]] = [d for d in facts.drills or () if isinstance(d, Mapping)]
+    newest: dict[str, tuple[datetime, Mapping[str, object]]] = {}
+    for d in reports:
+        at = _when(d.get("finished"))
+        name = str(d.get("scenario", "?"))
+        if at is not None and (name not in newest or at > newest[name][0]):
+            newest[name] = (at, d)
+    every = policy.incident_drills.every
+    limit = max_age(policy, "drills")
+    out: list[Finding] = []
+    for name in sorted({*policy.incident_drills.scenarios, *newest}):
+        subject = f"incident drill {name}"
+        cmd = f"ringfence drill run {name} --target lab -o drill-{name}.json"
+        if name not in newest:
+            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, f"never drilled: run `{cmd}`",
+                               requirement=INCIDENTS))
+            continue
+        at, d = newest[name]
+        raw = d.get("evidence", ())
+        evidence = tuple(str(e) for e in raw) if isinstance(raw, list | tuple) else ()
+        why, verdict = str(d.get("why", "")), d.get("verdict")
+        where = f"on {d.get('target', '?')} at {at.isoformat()}"
+        if verdict == Verdict.FAIL.value:
+            out.append(Finding(meta.id, Verdict.FAIL, subject, f"the drill {where} was not stopped: {why}", evidence,
+                               remediation_text(meta), requirement=INCIDENTS))
+        elif verdict != Verdict.PASS.value:
+            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, f"the drill {where} proved nothing: {why}; "
+                               f"run `{cmd}` again", evidence, requirement=INCIDENTS))
+        elif facts.now - at > limit:
+            out.append(Finding(meta.id, Verdict.UNKNOWN, subject, f"the last passing drill ({where}) is older than "
+                               f"the policy's {every}: run `{cmd}`", evidence, requirement=INCIDENTS))
+        else:
+            detect, contain = d.get("detection_seconds"), d.get("containment_seconds")
+            timing = "".join(f"; {label} {v:.1f} s" for label, v in (("detected in", detect), ("contained in", contain))
+                             if isinstance(v, int | float) and not isinstance(v, bool))
+            out.append(Finding(meta.id, Verdict.PASS, subject, f"stopped and proven {where}{timing}", evidence,
+                               requirement=INCIDENTS))
+    return out
+
+
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Each drill: isolation by policy at both points, no collateral damage and restoration — each
-    proven by a real ``True``; ``False`` fails; anything else is unknown."""
+    proven by a real ``True``; ``False`` fails; anything else is unknown. Then each incident scenario."""
+    incidents = _incidents(policy, facts) if policy.incident_drills.scenarios or facts.drills else []
     data = facts.containment
     if data is None:
-        return [unknown(meta, "containment drills", "containment")]
+        return [unknown(meta, "containment drills", "containment"), *incidents]
     drills = data.get("drills")
     if not isinstance(drills, list) or not drills:
-        return [unknown(meta, "containment drills", "containment", "the containment facts hold no drill")]
+        return [unknown(meta, "containment drills", "containment", "the containment facts hold no drill"), *incidents]
     known = {n.name for n in policy.nodes}
-    out: list[Finding] = []
+    out: list[Finding] = [*incidents]
     for i, d in enumerate(drills):
         if not isinstance(d, Mapping):
             out.append(Finding(meta.id, Verdict.UNKNOWN, f"containment drill #{i}",

@@ -6,7 +6,7 @@ but does not get make its verdict ``unknown`` with the reason — never ``pass``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -60,6 +60,13 @@ class Requirement:
     text: str
     facts: tuple[str, ...]
     gather: str
+    # Whether the policy asks for this piece at all (None: always). A requirement the policy does not ask
+    # for is not judged; one it asks for is judged like any other — never skipped because facts are missing.
+    needed: Callable[[Policy], bool] | None = None
+
+    def applies(self, policy: Policy) -> bool:
+        """Whether ``policy`` asks for this requirement."""
+        return self.needed is None or self.needed(policy)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,7 @@ class Facts:
     containment: Mapping[str, Any] | None = None  # containment drill results
     rdma: Sequence[Any] | None = None  # RDMA key-hygiene findings of the captures (ringfence.rdma.RdmaFinding)
     traces: Sequence[Mapping[str, Any]] | None = None  # reconstructed flows (ringfence trace)
+    drills: Sequence[Mapping[str, Any]] | None = None  # played incident drills (ringfence drill run), one per report
     # When each fact was gathered (Facts field name → aware time). A fact without a time has an unknown
     # age, so no requirement it feeds can pass: freshness is part of the proof.
     taken: Mapping[str, datetime] = field(default_factory=dict)

@@ -38,7 +38,9 @@ def duration(text: str) -> timedelta | None:
 
 def max_age(policy: Policy, fact: str) -> timedelta:
     """The policy's maximum age for ``fact`` (``facts.per_fact``, else ``facts.max_age``)."""
-    text = policy.facts.per_fact.get(fact, policy.facts.max_age)
+    # a drill is repeated at the cadence the policy sets for drills, not at the cadence of fresh captures
+    default = policy.incident_drills.every if fact == "drills" else policy.facts.max_age
+    text = policy.facts.per_fact.get(fact, default)
     age = duration(text)
     # The policy model validates the pattern; a zero or unreadable value admits nothing.
     return age if age is not None else timedelta(0)
@@ -99,14 +101,15 @@ def _unmet(meta: ControlMeta, req: Requirement, why: str) -> Finding:
 
 def enforce_requirements(meta: ControlMeta, policy: Policy, facts: Facts, findings: Sequence[Finding]) -> list[Finding]:
     """``findings`` with the requirement rule applied (see the module docstring)."""
-    problems = {r.id: requirement_problems(policy, facts, r) for r in meta.requirements}
+    asked = [r for r in meta.requirements if r.applies(policy)]
+    problems = {r.id: requirement_problems(policy, facts, r) for r in asked}
     out: list[Finding] = []
     for f in findings:
         stale = problems.get(f.requirement)
         if stale and f.verdict in (Verdict.PASS, Verdict.EXEMPT):
             f = dataclasses.replace(f, verdict=Verdict.UNKNOWN, message=f"{f.message} — but {'; '.join(stale)}")
         out.append(f)
-    for req in meta.requirements:
+    for req in asked:
         mine = [f for f in out if f.requirement == req.id]
         if any(f.verdict in (Verdict.PASS, Verdict.EXEMPT) for f in mine):
             continue

@@ -409,6 +409,37 @@ class ChangeControl(_Strict):
     review_interval: Annotated[str, Field(pattern=DURATION)] = "183d"
 
 
+#: The incident scenarios ``ringfence drill run`` plays (ringfence.drill.registry.NAMES; a test keeps them equal).
+DRILL_SCENARIOS: tuple[str, ...] = ("credential-compromise", "malicious-job", "exfiltration",
+                                    "management-plane-failure")
+DrillScenario = Literal["credential-compromise", "malicious-job", "exfiltration", "management-plane-failure"]
+
+
+class IncidentDrills(_Strict):
+    """Which incident scenarios must have been drilled, and how recently (control point ``containment``).
+
+    ``scenarios``: each must have a passing ``ringfence drill run`` report no older than ``every``;
+    ``bystander_stall``: the longest stall the bystander job's ranks may show while a drill plays.
+    """
+
+    scenarios: tuple[DrillScenario, ...] = ()
+    every: Annotated[str, Field(pattern=DURATION)] = "90d"
+    bystander_stall: Annotated[str, Field(pattern=DURATION)] = "10s"
+
+    @field_validator("every", "bystander_stall")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        parse_duration(v)  # a bound that cannot be read would admit every drill, however old
+        return v
+
+    @field_validator("scenarios")
+    @classmethod
+    def _once(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("a scenario is named twice")
+        return v
+
+
 class Policy(_Strict):
     """The whole intended state of one cluster."""
 
@@ -429,6 +460,7 @@ class Policy(_Strict):
     facts: FactAges = FactAges()
     change_control: ChangeControl = ChangeControl()
     attestation: Attestation | None = None  # the measured-stack allowlist (ringfence.policy.attestation)
+    incident_drills: IncidentDrills = IncidentDrills()
 
     @field_validator("controls")
     @classmethod
@@ -464,10 +496,12 @@ class Policy(_Strict):
 
 __all__ = [
     "CONTROL_POINTS",
+    "DRILL_SCENARIOS",
     "MAX_DURATION",
     "ApprovedFlow",
     "Budget",
     "ChangeControl",
+    "IncidentDrills",
     "ClassPolicy",
     "Classes",
     "ControlOwner",
