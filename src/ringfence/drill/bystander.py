@@ -14,10 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ringfence.drill.interface import Bystander, DrillError
-from ringfence.policy import Policy
+from ringfence.policy import Policy, parse_duration
 from ringfence.secure.rotation import JobWatch, Sampler, max_gap
 
 #: the longest stall of the bystander's ranks that a drill tolerates, when the policy sets none
+#: (the policy's default ``incident_drills.bystander_stall`` is the same)
 DEFAULT_BUDGET_S = 10.0
 #: how long the baseline is sampled before the drill acts (a measurement period, not a wait for an event)
 BASELINE_S = 2.0
@@ -74,8 +75,11 @@ class Watch:
 
 @contextmanager
 def watch_bystander(cluster: JobWatch, policy: Policy, suspects: Sequence[str], *,
-                    budget: float = DEFAULT_BUDGET_S) -> Iterator[Watch]:
-    """Measure the bystander job while the ``with`` block plays the drill (a baseline is taken first)."""
+                    budget: float | None = None) -> Iterator[Watch]:
+    """Measure the bystander job while the ``with`` block plays the drill (a baseline is taken first);
+    ``budget``: the tolerated stall in seconds (default: the policy's ``incident_drills.bystander_stall``)."""
+    if budget is None:
+        budget = parse_duration(policy.incident_drills.bystander_stall).total_seconds()
     job, ranks = bystander_job(policy, suspects)
     with Sampler(cluster, ranks) as sampler:
         w = Watch(job, ranks, sampler, budget)
