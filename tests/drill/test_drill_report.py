@@ -77,7 +77,7 @@ def _watch(samples: list[tuple[float, dict[str, dict[str, int]]]], start: float,
 def test_the_bystander_stall_is_the_longest_gap_of_its_slowest_rank() -> None:
     # both ranks step every second; worker-1 makes no step from t=8 to t=15 in the middle of the drill
     samples = []
-    for t in range(0, 20):
+    for t in range(20):
         w1 = t if t < 8 else 8 if t < 14 else t - 6
         samples.append((float(t), {"worker-0": {"steps": t}, "worker-1": {"steps": w1}}))
     b = _watch(samples, 3.0, 19.0).result()

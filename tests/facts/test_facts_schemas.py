@@ -101,8 +101,17 @@ def _containment() -> dict[str, Any]:
             "probes": [probe], "release_probes": [], "evidence": ["ev-3"], "ok": True, "seconds": 1.5}
 
 
+def _drill() -> dict[str, Any]:
+    from ringfence.drill.interface import Attempt, Bystander, DrillReport
+
+    return DrillReport("exfiltration", "lab:x", NOW.isoformat(), NOW.isoformat(),
+                       (Attempt("direct", "worker-0", "external (10.77.9.10:9000)", "a checkpoint out", False,
+                                "default drop@fabric/inet", True, "NFLOG deny", 0.2, 0),),
+                       Bystander("train-b", ("worker-2", "worker-3"), 3, 9, 0.5, 10.0), True).to_json()
+
+
 DOCS = {"keys": _verify_keys, "ruleset": _ruleset, "changes": _changes, "containment": _containment,
-        "probes": lambda: probes.probes_document((), target="lab:x", taken=NOW)}
+        "probes": lambda: probes.probes_document((), target="lab:x", taken=NOW), "drills": _drill}
 
 
 @pytest.mark.parametrize("kind", sorted(DOCS))

@@ -215,7 +215,7 @@ def _facts_seeds() -> dict[str, bytes]:
     return seeds
 
 
-_FACTS_KINDS = ("bench", "changes", "containment", "keys", "probes", "ruleset")
+_FACTS_KINDS = ("bench", "changes", "containment", "drills", "keys", "probes", "ruleset")
 
 
 def _facts_seed(kind: str) -> Callable[[], tuple[bytes, ...]]:
