@@ -23,3 +23,30 @@ def test_the_inbound_denial_is_probed_from_a_peer_that_is_not_a_collector() -> N
     plain = [p for p in containment_plan(policy, subject, (mgmt,), listening, sources).probes
              if p.destination == "aux" and p.expected == "deny"]
     assert [p.source for p in plain] == ["jump"]
+
+
+def test_a_node_that_listens_nowhere_is_still_proven_cut_off_inbound() -> None:
+    topo = build_topology("rfplan", 2, 1)
+    policy = parse_policy(render_policy(topo), "plan")  # aux serves nothing: no approved peer reaches it
+    subject = resolve_subject(policy, node="aux")
+    listening = {"mgmt": frozenset({8000, 22}), "storage": frozenset({8080})}
+    sources = [n.name for n in policy.nodes]
+    plan = containment_plan(policy, subject, (topo.address("mgmt"),), listening, sources)
+    inbound = [p for p in plan.probes if p.destination == "aux" and p.expected == "deny"]
+    assert len(inbound) == 1 and inbound[0].port == 22 and inbound[0].source not in ("aux", "mgmt")
+    assert "listens nowhere" in inbound[0].why
+
+
+def test_a_kept_control_host_is_neither_a_collector_nor_probed() -> None:
+    topo = build_topology("rfplan", 2, 1)
+    policy = parse_policy(render_policy(topo, {"aux"}), "plan")
+    subject = resolve_subject(policy, node="aux")
+    listening = {"aux": frozenset({22}), "mgmt": frozenset({8000, 22}), "storage": frozenset({8080}),
+                 "jump": frozenset({22})}
+    sources = [n.name for n in policy.nodes]
+    plan = containment_plan(policy, subject, (topo.address("mgmt"),), listening, sources,
+                            keep=(topo.address("jump"),))
+    assert not [p for p in plan.probes if "jump" in (p.source, p.destination)], plan.probes
+    assert any("jump: kept reachable" in s for s in plan.skipped)
+    allows = [p for p in plan.probes if p.expected == "allow"]
+    assert {p.destination for p in allows} == {"mgmt"}

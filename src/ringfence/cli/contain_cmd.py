@@ -90,13 +90,14 @@ def _contain(args: argparse.Namespace) -> int:
         print(f"contain: released {subject.describe()} (evidence {ev})", file=sys.stderr)
         return 0
     collectors = _collectors(policy, args.collector or (["mgmt"] if policy.node("mgmt") else []))
+    keep: list[str] = []
     if args.target == "ssh":
         # ringfence acts on the contained node through SSH from this control host: isolating it from the
-        # control host too would cut the containment off half-way, so its address stays reachable
-        control = _control_addresses(points, subject.nodes)
-        print(f"contain: the control host {', '.join(control)} stays reachable (it drives the containment)",
-              file=sys.stderr)
-        collectors = tuple(dict.fromkeys([*collectors, *control]))
+        # control host too would cut the containment off half-way, so its address stays reachable — kept,
+        # not a collector: the policy approves no path to it that a probe could show
+        keep = [a for a in _control_addresses(points, subject.nodes) if a not in collectors]
+        print(f"contain: the control host {', '.join(keep) or '(a collector)'} stays reachable "
+              "(it drives the containment)", file=sys.stderr)
 
     def steps() -> dict[str, int]:
         return steps_of(cluster.agent_status())
@@ -105,7 +106,7 @@ def _contain(args: argparse.Namespace) -> int:
         report = contain(policy, subject, points, store, target=target, collectors=collectors, workdir=Path(work),
                          capture=lambda s, p: cluster.capture(s, p).path, steps=steps, snapshot_seconds=args.seconds,
                          drill=args.drill, progress=lambda m: print(f"contain: {m}", file=sys.stderr),
-                         approved_by=args.approved_by, ticket=args.ticket)
+                         approved_by=args.approved_by, ticket=args.ticket, keep=keep)
     doc = report.to_json()
     if args.output:
         write_json(args.output, doc)

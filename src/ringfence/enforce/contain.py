@@ -256,11 +256,18 @@ def release(subject: Subject, points: Mapping[str, Executor], store: EvidenceSto
 # ------------------------------------------------------------------------------------------ verify
 
 
+#: the port an inbound denial is probed on when the contained node listens nowhere (an SSH login attempt: the
+#: first thing an intruder tries); the drop counter, not a listener, proves where it was dropped
+INBOUND_PORT = 22
+
+
 def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str],
-                     listening: Mapping[str, frozenset[int]], sources: Sequence[str]) -> ProbePlan:
+                     listening: Mapping[str, frozenset[int]], sources: Sequence[str],
+                     keep: Sequence[str] = ()) -> ProbePlan:
     """Probes that show the subject reaches only the collectors: an allow to each collector, a deny to every
     other listening sensitive port (outbound, from each subject node), and a deny into each subject node
-    from a peer outside the subject (inbound)."""
+    from a peer outside the subject (inbound). ``keep``: addresses left reachable that are not collectors
+    (the control host driving the containment over SSH) — neither probed as allowed nor as denied."""
     addrs = {n.name: n.addresses[0] for n in policy.nodes}
     base = plan_probes(policy, listening, sources)
     m = resolve(policy)
@@ -268,6 +275,8 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
     skipped: list[str] = list(base.skipped)
     sensitive = sorted({(p.destination, p.port) for p in base.probes})
     collector_nodes = [n for n, a in addrs.items() if a in collectors]
+    kept = [n for n, a in addrs.items() if a in keep and n not in collector_nodes]
+    skipped += [f"{n}: kept reachable (it drives the containment), so neither side is probed to it" for n in kept]
     for node in subject.nodes:
         if node not in sources:
             skipped.append(f"{node}: no executor reaches it, so its outbound isolation is not probed")
@@ -281,20 +290,27 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
                 probes.append(ProbeSpec(node, c, addrs[c], port, "allow", app, approved[0].rule if approved else None,
                                         f"contained {node} keeps reaching evidence collector {c}"))
         probes += [ProbeSpec(node, d, addrs[d], port, "deny", why=f"contained {node} → {d}:{port}")
-                   for d, port in sensitive if d not in subject.nodes and d not in collector_nodes]
+                   for d, port in sensitive if d not in subject.nodes and d not in collector_nodes and d not in kept]
     for node in subject.nodes:
         ports = sorted(listening.get(node, frozenset()))
         # a collector may still reach the contained node (it gathers the evidence): a denial is shown
         # from an approved peer that is not one
         peers = [p for p in base.probes if p.destination == node and p.source not in subject.nodes
-                 and p.source not in collector_nodes and p.expected == "allow"]
+                 and p.source not in collector_nodes and p.source not in kept and p.expected == "allow"]
         if peers:
             probes.append(ProbeSpec(peers[0].source, node, addrs[node], peers[0].port, "deny",
                                     why=f"approved peer {peers[0].source} → contained {node}"))
-        elif ports:
-            src = next((s for s in sources if s not in subject.nodes and s not in collector_nodes), None)
-            if src is not None:
-                probes.append(ProbeSpec(src, node, addrs[node], ports[0], "deny", why=f"{src} → contained {node}"))
+            continue
+        # no approved peer: the inbound denial is still shown (from any other node), on a port it listens on,
+        # else on INBOUND_PORT — a node that serves nothing must still be proven cut off at the fabric
+        src = next((s for s in sources if s not in subject.nodes and s not in collector_nodes and s not in kept), None)
+        if src is None:
+            skipped.append(f"{node}: no node outside the subject and the collectors to probe it from")
+            continue
+        port = ports[0] if ports else INBOUND_PORT
+        probes.append(ProbeSpec(src, node, addrs[node], port, "deny",
+                                why=f"{src} → contained {node}:{port}"
+                                    f"{'' if ports else ' (it listens nowhere: the drop counter proves it)'}"))
     return ProbePlan(tuple(probes), tuple(skipped))
 
 
@@ -379,12 +395,13 @@ def training_progress(steps: StepsFn, watch: Sequence[str], stopped: Sequence[st
 
 
 def verify(policy: Policy, subject: Subject, points: Mapping[str, Executor], store: EvidenceStore, *, target: str,
-           collectors: Sequence[str], timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None) -> ProbeRun:
+           collectors: Sequence[str], timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None,
+           keep: Sequence[str] = ()) -> ProbeRun:
     """Run :func:`containment_plan` and prove it (see :func:`ringfence.enforce.probe_matrix.run_probes`)."""
     nodes = [n.name for n in policy.nodes]
     listening = gather_listening(points, nodes)
     known = {n: v for n, v in listening.items() if v is not None}
-    plan = containment_plan(policy, subject, collectors, known, [n for n in nodes if n in points])
+    plan = containment_plan(policy, subject, collectors, known, [n for n in nodes if n in points], keep)
     return run_probes(policy, plan, points, store, target=target, listening=listening, timeout=timeout,
                       progress=progress)
 
@@ -400,7 +417,8 @@ def verify_release(policy: Policy, subject: Subject, points: Mapping[str, Execut
 
 
 def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor], store: EvidenceStore, *,
-                 target: str, collectors: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> ProbeRun | None:
+                 target: str, collectors: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
+                 keep: Sequence[str] = ()) -> ProbeRun | None:
     """Prove the fabric isolates on its own: lift the containment in the subject nodes' own rulesets (what a
     suspect that tampers with its rules would do), probe paths the policy otherwise approves from them — each
     must be dropped, and seen dropped at the fabric — then put the node-level containment back (always)."""
@@ -414,7 +432,8 @@ def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor
     per_source: dict[str, int] = {}
     specs = []
     for p in base.probes:
-        if (p.expected == "allow" and p.source in own and p.host not in collectors and p.destination not in own
+        if (p.expected == "allow" and p.source in own and p.host not in collectors and p.host not in keep
+                and p.destination not in own
                 and per_source.get(p.source, 0) < 2):
             per_source[p.source] = per_source.get(p.source, 0) + 1
             specs.append(ProbeSpec(p.source, p.destination, p.host, p.port, "deny",
@@ -439,9 +458,10 @@ def contain(policy: Policy, subject: Subject, points: Mapping[str, Executor], st
             target: str, collectors: Sequence[str], workdir: Path, capture: CaptureFn | None = None,
             steps: StepsFn | None = None, snapshot_seconds: float = 4.0, drill: bool = False,
             timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None, approved_by: str | None = None,
-            ticket: str | None = None) -> ContainmentReport:
+            ticket: str | None = None, keep: Sequence[str] = ()) -> ContainmentReport:
     """Snapshot, isolate at two points, verify with probes and the other jobs' progress; with ``drill``, then
-    release and verify the subject's approved paths work again."""
+    release and verify the subject's approved paths work again. ``keep``: addresses that stay reachable
+    without being evidence collectors (the control host that drives the containment over SSH)."""
     say = progress or (lambda _msg: None)
     containment_points(subject, points)  # refuse before snapshotting when there is nothing to isolate with
     say(f"snapshot of {subject.describe()}: {snapshot_seconds:g}s capture, flow table, rule state")
@@ -451,13 +471,15 @@ def contain(policy: Policy, subject: Subject, points: Mapping[str, Executor], st
     stopped = [m for j in policy.jobs if set(j.members) & set(subject.nodes) for m in j.members]
     say(f"isolating {', '.join(subject.addresses)} (collectors: {', '.join(collectors) or 'none'})")
     t0 = time.monotonic()
-    act = isolate(subject, points, store, target=target, collectors=collectors, snapshot_evidence=snap.evidence,
+    reachable = tuple(dict.fromkeys([*collectors, *keep]))
+    act = isolate(subject, points, store, target=target, collectors=reachable, snapshot_evidence=snap.evidence,
                   approved_by=approved_by, ticket=ticket)
     before = dict(steps()) if steps is not None else {}
     run = verify(policy, subject, points, store, target=target, collectors=collectors, timeout=timeout,
-                 progress=progress)
+                 progress=progress, keep=keep)
     say("lifting the node-level containment for a moment: the fabric alone must isolate")
-    fab = fabric_check(policy, subject, points, store, target=target, collectors=collectors, timeout=timeout)
+    fab = fabric_check(policy, subject, points, store, target=target, collectors=collectors, timeout=timeout,
+                       keep=keep)
     results = run.results + (fab.results if fab is not None else ())
     seconds = round(time.monotonic() - t0, 3)
     training: dict[str, Any] = {"others_training": None, "reason": "no step counters from this target"}
