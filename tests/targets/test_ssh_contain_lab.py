@@ -96,3 +96,25 @@ def test_a_rank_whose_progress_cannot_be_read_is_unobserved_not_stopped(ssh_lab:
     got = training_progress(lambda: steps_of(cluster.agent_status()), ["worker-0", "worker-1"], [], before,
                             wait=30.0)
     assert got["others_training"] is None and got["unobserved"] == ["worker-1"]
+
+
+def test_containment_over_ssh_proves_the_node_and_the_fabric_and_releases(
+    ssh_lab: tuple[Lab, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab, hosts, policy = ssh_lab
+    ssh = ["--target", "ssh", "--hosts", str(hosts), "--policy", str(policy)]
+    store = tmp_path / "ev"
+    if lab_points(lab)["fabric"].run(["nft", "list", "table", "inet", "ringfence"], timeout=30).returncode != 0:
+        assert main(["apply", str(policy), "--target", "ssh", "--hosts", str(hosts), "--evidence", str(store),
+                     "--approved-by", "cab"]) == 0
+    out = tmp_path / "containment.json"
+    # aux serves nothing and reaches only the collector: its inbound denial is still proven at the fabric,
+    # and the control host driving the containment over SSH stays reachable without being probed
+    code = main(["contain", "--node", "aux", "--drill", *ssh, "--store", str(store), "--seconds", "2",
+                 "-o", str(out)])
+    doc = json.loads(out.read_text())
+    summary = {k: v for k, v in doc.items() if k not in ("probes", "release_probes", "snapshot")}
+    assert code == 0, (summary, capsys.readouterr().err[-2000:])
+    assert doc["points"] == {"node": True, "fabric": True} and doc["isolated"] is True
+    assert doc["others_training"] is True and doc["released"] and doc["release_verified"]
+    assert not [p for p in doc["probes"] if p["target"].startswith("jump")], "the control host was probed"
