@@ -25,7 +25,7 @@ def test_the_inbound_denial_is_probed_from_a_peer_that_is_not_a_collector() -> N
     assert [p.source for p in plain] == ["jump"]
 
 
-def test_a_node_that_listens_nowhere_is_still_proven_cut_off_inbound() -> None:
+def test_a_node_that_listens_nowhere_is_still_probed_inbound_and_the_gap_is_said() -> None:
     topo = build_topology("rfplan", 2, 1)
     policy = parse_policy(render_policy(topo), "plan")  # aux serves nothing: no approved peer reaches it
     subject = resolve_subject(policy, node="aux")
@@ -35,6 +35,8 @@ def test_a_node_that_listens_nowhere_is_still_proven_cut_off_inbound() -> None:
     inbound = [p for p in plan.probes if p.destination == "aux" and p.expected == "deny"]
     assert len(inbound) == 1 and inbound[0].port == 22 and inbound[0].source not in ("aux", "mgmt")
     assert "listens nowhere" in inbound[0].why
+    # and the plan says the fabric's own inbound drop cannot be shown that way
+    assert any(s.startswith("aux: no approved path into it") for s in plan.skipped)
 
 
 def test_a_kept_control_host_is_neither_a_collector_nor_probed() -> None:
@@ -50,3 +52,18 @@ def test_a_kept_control_host_is_neither_a_collector_nor_probed() -> None:
     assert any("jump: kept reachable" in s for s in plan.skipped)
     allows = [p for p in plan.probes if p.expected == "allow"]
     assert {p.destination for p in allows} == {"mgmt"}
+
+
+def test_a_rank_is_probed_inbound_on_its_jobs_approved_collective_path() -> None:
+    topo = build_topology("rfplan", 2, 1)
+    policy = parse_policy(render_policy(topo), "plan")
+    subject = resolve_subject(policy, node="worker-1")
+    listening = {"worker-0": frozenset({29500, 41000}), "worker-1": frozenset({41007}),
+                 "mgmt": frozenset({8000, 22}), "storage": frozenset({8080})}
+    sources = [n.name for n in policy.nodes]
+    plan = containment_plan(policy, subject, (topo.address("mgmt"),), listening, sources)
+    inbound = [p for p in plan.probes if p.destination == "worker-1" and p.expected == "deny"]
+    # the matrix probes train-a's collective at its rendezvous on worker-0; into worker-1 the approved path
+    # is found from the flow itself, on the port the rank listens on
+    assert [(p.source, p.port) for p in inbound] == [("worker-0", 41007)], inbound
+    assert "train-a-collective" in inbound[0].why

@@ -108,13 +108,15 @@ def test_containment_over_ssh_proves_the_node_and_the_fabric_and_releases(
         assert main(["apply", str(policy), "--target", "ssh", "--hosts", str(hosts), "--evidence", str(store),
                      "--approved-by", "cab"]) == 0
     out = tmp_path / "containment.json"
-    # aux serves nothing and reaches only the collector: its inbound denial is still proven at the fabric,
-    # and the control host driving the containment over SSH stays reachable without being probed
-    code = main(["contain", "--node", "aux", "--drill", *ssh, "--store", str(store), "--seconds", "2",
+    # a rank with approved peers: its inbound denial is shown at the fabric (the peer's own rules let the
+    # probe out), the fabric alone drops its approved paths once its own containment is lifted, and the
+    # control host driving the containment over SSH stays reachable without being probed
+    code = main(["contain", "--node", "worker-1", "--drill", *ssh, "--store", str(store), "--seconds", "2",
                  "-o", str(out)])
     doc = json.loads(out.read_text())
     summary = {k: v for k, v in doc.items() if k not in ("probes", "release_probes", "snapshot")}
     assert code == 0, (summary, capsys.readouterr().err[-2000:])
     assert doc["points"] == {"node": True, "fabric": True} and doc["isolated"] is True
-    assert doc["others_training"] is True and doc["released"] and doc["release_verified"]
-    assert not [p for p in doc["probes"] if p["target"].startswith("jump")], "the control host was probed"
+    assert doc["released"] and doc["release_verified"]
+    assert doc["others_training"] is None  # the lab's one job is the contained rank's: nobody else to watch
+    assert not [p for p in doc["probes"] if p["destination"].startswith("jump")], "the control host was probed"

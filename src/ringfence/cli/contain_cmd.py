@@ -112,6 +112,8 @@ def _contain(args: argparse.Namespace) -> int:
         write_json(args.output, doc)
     else:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    for note in report.notes:
+        print(f"contain: note: {note}", file=sys.stderr)
     print(f"contain: {subject.describe()}: isolated={report.isolated} collector={report.collector_reachable} "
           f"points={dict(report.points)} others_training={report.training.get('others_training')} "
           f"released={report.released_evidence is not None}", file=sys.stderr)

@@ -31,7 +31,7 @@ from ringfence.controls.interface import ProbeResult
 from ringfence.enforce.apply import FABRIC, live_rulesets
 from ringfence.enforce.facts import CONTAIN_SOURCE, CONTAINMENT_FORMAT, probe_to_json
 from ringfence.enforce.interface import EnforceError
-from ringfence.enforce.matrix import resolve
+from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.nftrun import NftError, load
 from ringfence.enforce.probe_matrix import (
@@ -259,6 +259,9 @@ def release(subject: Subject, points: Mapping[str, Executor], store: EvidenceSto
 #: the port an inbound denial is probed on when the contained node listens nowhere (an SSH login attempt: the
 #: first thing an intruder tries); the drop counter, not a listener, proves where it was dropped
 INBOUND_PORT = 22
+#: why a node reached by no approved peer cannot show the fabric's own inbound drop
+NO_APPROVED_PEER = ("no approved path into it from a node outside the collectors could be probed, so an inbound "
+                    "probe is dropped by the prober's own egress rules first: the fabric's inbound drop is not shown")
 
 
 def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str],
@@ -301,17 +304,40 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
             probes.append(ProbeSpec(peers[0].source, node, addrs[node], peers[0].port, "deny",
                                     why=f"approved peer {peers[0].source} → contained {node}"))
             continue
+        # the sampled matrix may probe none of the approved paths into this node (a job's collective is
+        # probed at its rendezvous only): any approved flow into a port it listens on, from a prober outside
+        found = _approved_peer(m, addrs, node, ports, [s for s in sources if s not in subject.nodes
+                                                      and s not in collector_nodes and s not in kept])
+        if found is not None:
+            peer, port, rule = found
+            probes.append(ProbeSpec(peer, node, addrs[node], port, "deny",
+                                    why=f"approved peer {peer} → contained {node}:{port} ({rule})"))
+            continue
         # no approved peer: the inbound denial is still shown (from any other node), on a port it listens on,
-        # else on INBOUND_PORT — a node that serves nothing must still be proven cut off at the fabric
+        # else on INBOUND_PORT (the drop counter, not a listener, proves it) — but the prober's own egress
+        # rules drop it first, so it proves the path closed, not the fabric's part: said, never counted as it
+        skipped.append(f"{node}: {NO_APPROVED_PEER}")
         src = next((s for s in sources if s not in subject.nodes and s not in collector_nodes and s not in kept), None)
         if src is None:
-            skipped.append(f"{node}: no node outside the subject and the collectors to probe it from")
             continue
         port = ports[0] if ports else INBOUND_PORT
-        probes.append(ProbeSpec(src, node, addrs[node], port, "deny",
-                                why=f"{src} → contained {node}:{port}"
-                                    f"{'' if ports else ' (it listens nowhere: the drop counter proves it)'}"))
+        probes.append(ProbeSpec(src, node, addrs[node], port, "deny", why=f"{src} → contained {node}:{port} "
+                                f"(no approved peer{'' if ports else '; it listens nowhere'})"))
     return ProbePlan(tuple(probes), tuple(skipped))
+
+
+def _approved_peer(m: Matrix, addrs: Mapping[str, str], node: str, ports: Sequence[int],
+                   peers: Sequence[str]) -> tuple[str, int, str] | None:
+    """(peer, port, flow id) of an approved TCP flow from one of ``peers`` into ``node`` on a port it listens on."""
+    for f in m.flows_to(node):
+        if "tcp" not in f.protos:
+            continue
+        lo, hi = f.ports
+        port = next((p for p in ports if lo <= p <= hi), None)
+        peer = next((s for s in peers if s in f.source.nodes and s != node), None)
+        if port is not None and peer is not None and addrs.get(peer):
+            return peer, port, f.id
+    return None
 
 
 @dataclass(frozen=True)
@@ -330,6 +356,7 @@ class ContainmentReport:
     release_probes: tuple[ProbeResult, ...] = ()
     started: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     seconds: float | None = None  # from isolating to the end of the proof
+    notes: tuple[str, ...] = ()  # what the proof could not show, and why (the plan's skipped probes)
 
     @property
     def isolated(self) -> bool | None:
@@ -365,7 +392,7 @@ class ContainmentReport:
             "snapshot": self.snapshot.to_json() if self.snapshot else {},
             "probes": [probe_to_json(p) for p in self.probes],
             "release_probes": [probe_to_json(p) for p in self.release_probes],
-            "evidence": ev, "ok": self.ok, "seconds": self.seconds,
+            "evidence": ev, "ok": self.ok, "seconds": self.seconds, "notes": list(self.notes),
         }
 
 
@@ -411,7 +438,10 @@ def verify_release(policy: Policy, subject: Subject, points: Mapping[str, Execut
     """After release: the subject's approved service paths (those with an application greeting) connect again."""
     nodes = [n.name for n in policy.nodes]
     listening = gather_listening(points, nodes)
-    base = plan_probes(policy, {n: v for n, v in listening.items() if v is not None}, [n for n in nodes if n in points])
+    # planned from the subject's own nodes only: a matrix sampled over every node may probe another member
+    # of the subject's job, never the released node itself
+    base = plan_probes(policy, {n: v for n, v in listening.items() if v is not None},
+                       [n for n in subject.nodes if n in points])
     again = tuple(p for p in base.probes if p.expected == "allow" and p.source in subject.nodes and p.app)
     return run_probes(policy, ProbePlan(again), points, store, target=target, listening=listening, timeout=timeout)
 
@@ -482,19 +512,24 @@ def contain(policy: Policy, subject: Subject, points: Mapping[str, Executor], st
                        keep=keep)
     results = run.results + (fab.results if fab is not None else ())
     seconds = round(time.monotonic() - t0, 3)
+    # the plan's own notes (the matrix's zone-level ones say nothing about this containment)
+    named = {*subject.nodes, *(n.name for n in policy.nodes if set(n.addresses) & set(keep))}
+    notes = tuple(s for s in run.plan.skipped if s.split(":", 1)[0] in named) + (() if fab is not None else (
+        f"the fabric alone was not checked: {subject.describe()} has no approved path to lift its own "
+        "containment on, other than to the collectors",))
     training: dict[str, Any] = {"others_training": None, "reason": "no step counters from this target"}
     if steps is not None:
         say(f"checking that {', '.join(watch) or 'no other rank'} keep(s) training")
         training = training_progress(steps, watch, stopped, before)
     report = ContainmentReport(target, subject, snap, act, results, run.evidence,
                                proven_points(subject, results), training,
-                               seconds=seconds)
+                               seconds=seconds, notes=notes)
     if drill:
         say(f"releasing {subject.describe()}")
         rel = release(subject, points, store, target=target)
         again = verify_release(policy, subject, points, store, target=target, timeout=timeout)
         report = ContainmentReport(target, subject, snap, act, results, run.evidence, report.points, training,
-                                   rel, again.results, report.started, seconds)
+                                   rel, again.results, report.started, seconds, notes)
     store.append(RecordKind.OBSERVATION, CONTAIN_SOURCE, subject.describe(),
                  {k: v for k, v in report.to_json().items() if k not in ("probes", "release_probes")})
     return report

@@ -45,6 +45,7 @@ class ContainmentDoc(Strict):
     evidence: list[str]
     ok: bool | None = None
     seconds: float | None = None
+    notes: list[str] = []
 
 
 def drills(report: Mapping[str, Any]) -> list[dict[str, Any]]:
