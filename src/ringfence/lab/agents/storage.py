@@ -89,7 +89,6 @@ class StorageHandler(Handler):
         # node's TLS gate, which has already decided by the certificate's identity (its job:{job} rule)
         if not store.owners or peer in _LOOPBACK or (owners is not None and peer in owners):
             return False
-        self.reply_json(403, {"error": f"objects of job {job} are not served to {peer}"})
         self.server.status.count("foreign_refused")
         rec = {"time": time.time(), "peer": peer, "identity": peer_identity(self.connection),
                "method": self.command, "path": self.path, "job": job, "result": "refused"}
@@ -100,6 +99,8 @@ class StorageHandler(Handler):
             except OSError as exc:
                 self.server.status.error("refusal_log", exc)
         sys.stderr.write(f"refused {self.command} {self.path} from {peer}: not an owner of job {job}\n")
+        # logged before the answer: whoever is refused, the refusal is already on the record
+        self.reply_json(403, {"error": f"objects of job {job} are not served to {peer}"})
         return True
 
     def do_GET(self) -> None:
