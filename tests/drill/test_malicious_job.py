@@ -316,3 +316,42 @@ def test_the_registry_offers_both_scenarios_under_their_names() -> None:
     table = scenarios()
     assert {"malicious-job", "exfiltration"} <= set(table) <= set(NAMES)
     assert all(table[n].name == n and table[n].summary for n in table)
+
+
+class _Telemetry(_Broken):
+    """A point whose executor serves a ulogd log (and records what it was asked to read)."""
+
+    def __init__(self, lines: list[dict[str, object]]) -> None:
+        super().__init__(("\n".join(json.dumps(x) for x in lines) + "\n").encode())
+        self.asked: list[str] = []
+
+    def run(self, argv: object, *, timeout: float = 30.0, stdin: object = None, env: object = None) -> RunResult:
+        assert isinstance(argv, list)
+        self.asked.append(argv[3])
+        return RunResult(tuple(argv), 0, self.stdout, b"", 0.01)
+
+
+def _ulogd(src: str, dst: str, dport: int, t: float, prefix: str = "rf-drop worker-2/output ",
+           label: int = 0) -> dict[str, object]:
+    return {"oob.time.sec": int(t), "oob.time.usec": int((t % 1) * 1e6), "src_ip": src, "dest_ip": dst,
+            "src_port": 40000, "dest_port": dport, "ip.protocol": 6, "raw.label": label, "oob.prefix": prefix,
+            "dvc": "worker-2"}
+
+
+def test_await_detection_reads_the_points_decision_logs_and_names_the_job(policy: Policy, tmp_path: Path) -> None:
+    from ringfence.drill._attack import await_detection
+    from ringfence.drill.interface import DrillContext
+    from ringfence.evidence import EvidenceStore
+
+    t = time.time()
+    point = _Telemetry([_ulogd("10.77.1.12", "10.77.3.10", 22, t + 0.1),
+                        _ulogd("10.77.1.12", "10.77.1.10", 29500, t + 0.1, "train-a-collective", 1)])  # accepted
+    ctx = DrillContext(object(), policy, EvidenceStore.open(tmp_path / "ev"), tmp_path, "lab:rfunit")  # type: ignore[arg-type]
+    found = await_detection(ctx, {"worker-2": point}, ["worker-2", "fabric"], {  # type: ignore[dict-item]
+        "ssh-mgmt": ([("10.77.1.12", "10.77.3.10", 22)], t),
+        "scan-ranks": ([("10.77.1.12", "10.77.1.10", 29500)], t),
+    }, ["worker-2", "worker-3"], bound=0.5)
+    assert found["ssh-mgmt"].found and found["ssh-mgmt"].where == "worker-2"
+    assert "job train-b" in found["ssh-mgmt"].text
+    assert not found["scan-ranks"].found and "within 0.5s" in found["scan-ranks"].text
+    assert point.asked and all(p == "/var/log/ringfence/telemetry/ulogd.json" for p in point.asked)

@@ -31,12 +31,19 @@ from ringfence.enforce.apply import FABRIC
 from ringfence.enforce.matrix import Matrix
 from ringfence.enforce.probe_matrix import DeniedKey
 from ringfence.evidence import RecordKind
-from ringfence.observe.flows.events.deploy import DEFAULT_DIR
+from ringfence.observe.flows.events.deploy import DEFAULT_DIR, FILES
 from ringfence.policy import Policy
 from ringfence.targets.interface import Executor, TargetError
 
 #: the evidence source of the drills' own observations (the report itself is ``ringfence.drill``)
 ATTACK_SOURCE = "ringfence.drill.attack"
+#: said in every report that measures detection
+DETECTION_NOTE = ("seconds to detect run from the attempt's start to the drill holding the telemetry record; it "
+                  "first looks once the attacker's connections have ended (at least the connect timeout), so they "
+                  "are an upper bound of the telemetry's own delay")
+#: bytes of each point's decision log read per look (the attempt is among the newest records)
+DECISION_TAIL = 4 << 20
+_TAIL = '[ -e "$0" ] || exit 3; tail -c "$1" "$0"'
 #: how long one attacker connection waits for an answer (a probe's timeout: far above any round trip)
 CONNECT_TIMEOUT = 1.5
 
@@ -253,7 +260,9 @@ class Detection:
     """The first firewall decision that shows an attempt, attributed to the actor by the inventory."""
 
     found: bool
-    seconds: float | None  # attempt start → the drill had the record in hand
+    # attempt start → the drill had the record in hand; the drill first looks once the attacker's connections
+    # have ended (at least their connect timeout), so this is an upper bound of the telemetry's own delay
+    seconds: float | None
     logged_at: str  # the decision's own time (the kernel's)
     where: str  # the enforcement point that logged it
     count: int  # decisions matching the attempt
@@ -316,17 +325,27 @@ def enforcement_points(ctx: DrillContext) -> dict[str, Executor]:
 
 def read_decisions(ctx: DrillContext, points: Mapping[str, Executor], where: Sequence[str],
                    tag: str) -> list[dict[str, Any]]:
-    """Every firewall decision logged so far at the points ``where`` (collected through their executors)."""
+    """The firewall decisions logged lately at the points ``where``: the newest :data:`DECISION_TAIL` bytes of
+    each point's ulogd log, read through its executor (a torn first line is skipped by the reader)."""
     from ringfence.observe.flows.events.ulogd import UlogdReader
-    from ringfence.trace.collect import collect
 
-    into = ctx.workdir / f"telemetry-{tag}"
-    got = collect({p: points[p] for p in where if p in points}, telemetry_dirs(ctx, where), into, timeout=30)
+    dirs = telemetry_dirs(ctx, where)
     rows: list[dict[str, Any]] = []
-    for _, reader, path in got.files:
-        if reader == "ulogd" and path.stat().st_size:
-            rows += UlogdReader().read(path).events.select(
-                ["time", "src", "dst", "dport", "verdict", "rule", "prefix", "node"]).to_pylist()
+    for p in where:
+        if p not in points:
+            continue
+        path = f"{dirs[p]}/{FILES['ulogd']}"
+        try:
+            res = points[p].run(["sh", "-c", _TAIL, path, str(DECISION_TAIL)], timeout=30)
+        except TargetError as exc:
+            ctx.progress(f"{p}: telemetry not read: {exc.message}")
+            continue
+        if res.returncode != 0 or res.timed_out or not res.stdout:
+            continue  # no log there (yet): nothing decided there is known
+        local = ctx.workdir / f"decisions-{tag}-{p}.json"
+        local.write_bytes(res.stdout)
+        rows += UlogdReader().read(local, node=p).events.select(
+            ["time", "src", "dst", "dport", "verdict", "rule", "prefix", "node"]).to_pylist()
     return rows
 
 
@@ -367,6 +386,7 @@ def record_attempt(ctx: DrillContext, scenario: str, step: str, outcomes: Sequen
 __all__ = [
     "ATTACK_SOURCE",
     "CONNECT_TIMEOUT",
+    "DETECTION_NOTE",
     "Conn",
     "Detection",
     "Outcome",

@@ -30,6 +30,8 @@ from ringfence.evidence import RecordKind
 from ringfence.targets.cluster import steps_of
 from ringfence.targets.interface import Executor
 
+_RELEASED = {True: ", its approved paths work again", False: ", but its approved paths did NOT come back",
+             None: " (no approved path is probed from it, so the release was not re-checked)"}
 #: seconds of capture in the containment's snapshot (short: the drill's whole run must stay quick)
 SNAPSHOT_S = 2.0
 
@@ -97,7 +99,9 @@ def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: f
         return Response(False, f"containment of {subject.describe()} could not be made: {failure}", None,
                         (rel,) if rel else ())
     again = verify_release(ctx.policy, subject, points, ctx.store, target=ctx.target) if rel else None
-    restored = bool(again is not None and again.results and all(p.outcome == "connected" for p in again.results))
+    # a subject none of whose nodes is the probing source of an approved path has nothing of its own to re-check
+    restored: bool | None = None if again is not None and not again.results else bool(
+        again is not None and all(p.outcome == "connected" for p in again.results))
     report = dataclasses.replace(report, released_evidence=rel, release_probes=again.results if again else ())
     doc = {k: v for k, v in report.to_json().items() if k not in ("probes", "release_probes")}
     rec = str(ctx.store.append(RecordKind.OBSERVATION, CONTAIN_SOURCE, subject.describe(), doc))
@@ -110,7 +114,7 @@ def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: f
             f"probe(s)); collectors {'reachable' if report.collector_reachable else 'NOT reachable'}; other jobs "
             f"training: {report.training.get('others_training')}; {report.seconds}s from isolating to proof, "
             f"{proven_at - t0:.1f}s with the {SNAPSHOT_S:g}s snapshot; released"
-            f"{', its approved paths work again' if restored else ', but the release was NOT verified'}"
+            f"{_RELEASED[restored]}"
             f"{'; ' + failure if failure else ''}")
     return Response(report.ok and not failure, text, seconds, tuple(dict.fromkeys(evidence)), report)
 

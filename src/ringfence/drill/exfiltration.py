@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.drill._attack import (
+    DETECTION_NOTE,
     Conn,
     Outcome,
     approved_to,
@@ -158,7 +159,7 @@ class Exfiltration:
                  f"approved for {node}",
                  "no egress gateway on this target: the attempt through it was not made (unknown, not pass)",
                  "bytes out are counted in the site's own capture, where packets leave their sender; the "
-                 "attacker's count is recorded beside it, never used for the verdict"]
+                 "attacker's count is recorded beside it, never used for the verdict", DETECTION_NOTE]
         if ports is None:
             notes.append(f"whether {dest.node} listens could not be read: no executor reaches it")
         with watch_bystander(ctx.cluster, ctx.policy, [node]) as watch:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ringfence.drill._attack import (
+    DETECTION_NOTE,
     Conn,
     Detection,
     Outcome,
@@ -192,6 +193,7 @@ class MaliciousJob:
             "the bystander is measured by its ranks' steps (longest stall against the budget); its busbw is not "
             "measured by this drill",
             "attribution is by the static inventory (the policy's job members), not the scheduler's allocation",
+            DETECTION_NOTE,
             f"the dataset read can only be stopped by the object store: {actor.name} may reach "
             f"{store_node}:{store_port} for its own data, and no network rule can tell objects apart",
         ]
