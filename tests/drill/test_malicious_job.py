@@ -33,6 +33,7 @@ from ringfence.drill.interface import DrillError
 from ringfence.drill.malicious_job import (
     _jobs,
     admin_ssh,
+    gate_denials,
     judge_read,
     parse_object_log,
     refusals,
@@ -129,6 +130,23 @@ def test_refusals_name_the_actor_and_the_victims_prefix_only() -> None:
     assert len(rows) == 4
     hits = refusals(rows, ["10.77.1.12", "10.77.1.13"], "train-a", 99.0)
     assert [r["peer"] for r in hits] == ["10.77.1.12"]
+
+
+def test_with_tls_the_gates_denial_of_the_victims_prefix_is_the_detection() -> None:
+    base = {"dir": "in", "node": "storage", "peer": "10.77.1.12", "method": "GET", "result": "denied",
+            "peer_identity": "spiffe://lab/job/train-b/rank/0", "reason": "rule job:train-a"}
+    events = [
+        {**base, "t": 101.0, "path": "/datasets/train-a/shard-0"},
+        {**base, "t": 100.5, "path": "/checkpoints/train-a/rank-0/step-9"},
+        {**base, "t": 101.0, "path": "/datasets/train-b/shard-0", "result": "allowed"},  # its own data
+        {**base, "t": 101.0, "path": "/datasets/train-a/shard-0", "dir": "out"},  # the client side's view
+        {**base, "t": 101.0, "path": "/datasets/train-a/shard-0", "node": "mgmt"},
+        {**base, "t": 101.0, "path": "/datasets/train-a/shard-0", "peer": "10.77.1.50"},  # aux
+        {**base, "t": 50.0, "path": "/datasets/train-a/shard-0"},  # before the drill
+        {**base, "t": 101.0, "path": "/datasets/train-ab/shard-0"},  # another job whose name only begins alike
+    ]
+    hits = gate_denials(events, "storage", ["10.77.1.12", "10.77.1.13"], "train-a", 99.0)
+    assert [e["path"] for e in hits] == ["/checkpoints/train-a/rank-0/step-9", "/datasets/train-a/shard-0"]
 
 
 # ------------------------------------------------------------------ planning from the policy

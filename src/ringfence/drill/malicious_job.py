@@ -140,29 +140,61 @@ def parse_object_log(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def gate_denials(events: Sequence[Mapping[str, Any]], store_node: str, actor_addresses: Sequence[str],
+                 victim: str, since: float) -> list[Mapping[str, Any]]:
+    """Events of the store's TLS gate (``ringfence.secure.layers``' sidecar log) that refused one of the actor's
+    addresses a request under ``victim``'s prefix, at or after ``since`` — in time order."""
+    return sorted((e for e in events if e.get("dir") == "in" and e.get("node") == store_node
+                   and e.get("result") in ("denied", "refused") and e.get("peer") in actor_addresses
+                   and str(e.get("path", "")).startswith((f"/datasets/{victim}/", f"/checkpoints/{victim}/"))
+                   and isinstance(e.get("t"), int | float) and float(e["t"]) >= since),
+                  key=lambda e: float(e["t"]))
+
+
+def _gate_events(ctx: DrillContext, since: float) -> list[dict[str, Any]]:
+    """The TLS sidecars' connection events since ``since`` (none where the TLS layer is not enabled)."""
+    from ringfence.secure.layers import tls_run
+
+    return tls_run.read_events(ctx.cluster.site(), since=since)
+
+
 def _read_detection(ctx: DrillContext, points: Mapping[str, Any], store_node: str, actor: Job, victim: Job,
                     started: float, bound: float) -> Detection:
+    """The dataset read seen refused by the store: in the object server's refusal log or, with the TLS layer on,
+    in its TLS gate's log — polled until found or ``bound`` seconds pass."""
     addresses = [a for m in actor.members if (n := ctx.policy.node(m)) is not None for a in n.addresses]
     path = f"{telemetry_dirs(ctx, [store_node])[store_node]}/{OBJECT_LOG}"
     deadline = time.monotonic() + bound
+
+    def attributed(peer: str) -> str:
+        node = next((m for m in actor.members if (n := ctx.policy.node(m)) is not None and peer in n.addresses),
+                    peer)
+        return who(ctx.policy, node)
+
     while True:
         res = points[store_node].run(["sh", "-c", _READ_LOG, path], timeout=30)
+        hits = refusals(parse_object_log(res.stdout.decode(errors="replace")), addresses, victim.name, started - 1) \
+            if res.returncode == 0 else []
+        gate = gate_denials(_gate_events(ctx, started - 1), store_node, addresses, victim.name, started - 1)
         seen_at = time.time()
-        if res.returncode == 3:
-            return Detection(False, None, "", "", 0, f"{store_node} keeps no object refusal log ({path})")
-        hits = refusals(parse_object_log(res.stdout.decode(errors="replace")), addresses, victim.name, started - 1)
         if hits:
             first = hits[0]
-            node = next((m for m in actor.members if (n := ctx.policy.node(m)) is not None
-                         and first["peer"] in n.addresses), str(first["peer"]))
             at = datetime.fromtimestamp(float(first["time"]), UTC).isoformat()
             return Detection(True, round(seen_at - started, 3), at, store_node, len(hits),
                              f"{len(hits)} refusal(s) in {store_node}'s object log ({first['method']} {first['path']},"
                              f" certificate identity {first.get('identity', '-')}), attributed to "
-                             f"{who(ctx.policy, node)} by the inventory; logged {at}")
+                             f"{attributed(str(first['peer']))} by the inventory; logged {at}")
+        if gate:
+            first = gate[0]
+            at = datetime.fromtimestamp(float(first["t"]), UTC).isoformat()
+            return Detection(True, round(seen_at - started, 3), at, store_node, len(gate),
+                             f"{len(gate)} denial(s) by {store_node}'s TLS gate ({first.get('method')} "
+                             f"{first.get('path')}: {first.get('reason', '')}), certificate identity "
+                             f"{first.get('peer_identity', '-')}, attributed to {attributed(str(first['peer']))} by "
+                             f"the inventory; logged {at}")
         if time.monotonic() > deadline:
-            return Detection(False, None, "", "", 0, f"no refusal of {victim.name}'s objects in {path} "
-                                                     f"within {bound:g}s")
+            kept = "no object refusal log" if res.returncode == 3 else f"no refusal of {victim.name}'s objects"
+            return Detection(False, None, "", "", 0, f"{kept} at {path} and no TLS gate denial within {bound:g}s")
         time.sleep(0.3)  # the detector's poll interval, bounded by ``bound``
 
 
@@ -249,5 +281,5 @@ class MaliciousJob:
             (*evs.values(), *resp.evidence), str(ctx.store.path))
 
 
-__all__ = ["SCAN_PER_RANK", "MaliciousJob", "admin_ssh", "judge_read", "parse_object_log", "refusals",
+__all__ = ["SCAN_PER_RANK", "MaliciousJob", "admin_ssh", "gate_denials", "judge_read", "parse_object_log", "refusals",
            "scan_targets", "storage_service"]
