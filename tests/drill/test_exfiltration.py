@@ -88,3 +88,15 @@ def test_without_an_egress_gateway_the_drill_is_unknown_never_pass_and_a_leak_fa
                      bytes_out=4_300_000)
     assert _report(leaked, missing).verdict is Verdict.FAIL
     assert _report(leaked, missing).why() == "got through: exfil-direct"
+
+
+def test_drill_list_offers_both_scenarios_with_their_summaries(capsys: pytest.CaptureFixture[str]) -> None:
+    from ringfence.cli import main
+    from ringfence.cli.drill_cmd import SCENARIOS
+    from ringfence.drill.registry import NAMES
+
+    assert SCENARIOS == NAMES
+    assert main(["drill", "list"]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
+    assert "outside the trust boundary" in lines["exfiltration"]
+    assert "scans the first job's ranks" in lines["malicious-job"]

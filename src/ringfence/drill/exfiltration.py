@@ -136,6 +136,8 @@ class Exfiltration:
             box["path"] = path
         except RingfenceError as exc:
             box["error"] = exc.message
+        except OSError as exc:  # a capture tool that could not start: no capture, said so (never a silent thread)
+            box["error"] = f"{type(exc).__name__}: {exc}"
 
     def run(self, ctx: DrillContext) -> DrillReport:
         """Play it on ``ctx``'s cluster (see the module docstring)."""
