@@ -373,3 +373,12 @@ def test_await_detection_reads_the_points_decision_logs_and_names_the_job(policy
     assert "job train-b" in found["ssh-mgmt"].text
     assert not found["scan-ranks"].found and "within 0.5s" in found["scan-ranks"].text
     assert point.asked and all(p == "/var/log/ringfence/telemetry/ulogd.json" for p in point.asked)
+
+
+def test_the_detector_waits_only_where_a_drop_rule_can_have_logged() -> None:
+    from ringfence.drill._attack import look_for
+
+    assert look_for([_o("connected"), _o("timeout")], 10.0) == 10.0
+    assert look_for([_o("reset")], 10.0) == 10.0
+    assert look_for([_o("connected"), _o("refused")], 10.0) == 0.0
+    assert look_for([], 10.0) == 0.0

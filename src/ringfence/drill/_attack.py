@@ -375,6 +375,12 @@ def await_detection(ctx: DrillContext, points: Mapping[str, Executor], where: Se
     return found
 
 
+def look_for(outcomes: Sequence[Outcome], full: float) -> float:
+    """How long to wait for a drop decision: ``full`` when some connection met silence or a reset (a drop rule
+    may have logged it); 0 — one look — when every one was answered, since no drop rule saw those."""
+    return full if any(o.outcome in ("timeout", "reset") for o in outcomes) else 0.0
+
+
 def record_attempt(ctx: DrillContext, scenario: str, step: str, outcomes: Sequence[Outcome],
                    extra: Mapping[str, Any] | None = None) -> str:
     """The attacker's connections of one step, on the record (observation); returns its evidence id."""
@@ -397,6 +403,7 @@ __all__ = [
     "detection_of",
     "enforcement_points",
     "judge_connection",
+    "look_for",
     "match_decisions",
     "moved",
     "node_of",

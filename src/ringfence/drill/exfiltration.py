@@ -39,6 +39,7 @@ from ringfence.drill._attack import (
     combine,
     enforcement_points,
     judge_connection,
+    look_for,
     moved,
     record_attempt,
     who,
@@ -189,7 +190,7 @@ class Exfiltration:
             packets = sum(sum(g.values()) for g in grew)
             det = await_detection(ctx, points, list(dict.fromkeys([FABRIC, node])),
                                   {"exfil-direct": ([(addrs[0], dest.address, dest.port)], t_attack)}, [node],
-                                  bound=min(ctx.timeout, 10.0))["exfil-direct"]
+                                  bound=look_for(outcomes, min(ctx.timeout, 10.0)))["exfil-direct"]
             ev = record_attempt(ctx, self.name, "exfil-direct", outcomes, {
                 "bytes_out": out, "capture_flows": flows_seen, "denied_packets": packets,
                 "attacker_sent": sum(o.sent for o in outcomes), "capture": str(box.get("path", ""))})

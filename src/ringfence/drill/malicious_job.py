@@ -38,6 +38,7 @@ from ringfence.drill._attack import (
     combine,
     enforcement_points,
     judge_connection,
+    look_for,
     moved,
     record_attempt,
     telemetry_dirs,
@@ -254,8 +255,11 @@ class MaliciousJob:
             net = await_detection(ctx, points, where, {
                 "scan-ranks": ([(src_addr, c.host, c.port) for c in scan], t_attack),
                 "ssh-mgmt": ([(src_addr, ssh_addr, ssh_port)], t_attack),
-            }, actor.members, bound=bound)
-            dets = {**net, "read-dataset": _read_detection(ctx, points, store_node, actor, victim, t_attack, bound)}
+            }, actor.members, bound=look_for([*scan_o, ssh_o], bound))
+            # a read that was served left no refusal to find: one look, not a wait
+            read_bound = 0.0 if read_o.status == 200 else bound
+            dets = {**net, "read-dataset": _read_detection(ctx, points, store_node, actor, victim, t_attack,
+                                                           read_bound)}
             evs = {step: record_attempt(ctx, self.name, step, os_) for step, os_ in
                    (("scan-ranks", scan_o), ("read-dataset", [read_o]), ("ssh-mgmt", [ssh_o]))}
             found = [d.seconds for d in dets.values() if d.found and d.seconds is not None]
