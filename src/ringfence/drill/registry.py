@@ -13,7 +13,10 @@ NAMES = ("credential-compromise", "malicious-job", "exfiltration", "management-p
 
 def scenarios() -> Mapping[str, Scenario]:
     """name → scenario, for every scenario in :data:`NAMES`."""
-    table: dict[str, Scenario] = {}
+    from ringfence.drill.exfiltration import Exfiltration
+    from ringfence.drill.malicious_job import MaliciousJob
+
+    table: dict[str, Scenario] = {"malicious-job": MaliciousJob(), "exfiltration": Exfiltration()}
     return table
 
 

@@ -66,6 +66,7 @@ from ringfence.lab.status import (
     ZoneStatus,
 )
 from ringfence.lab.topology import LabError, Topology, build_topology
+from ringfence.observe.flows.events import deploy
 from ringfence.targets.interface import Host, Site
 from ringfence.targets.lab import NamespaceExecutor
 from ringfence.targets.ssh import SshExecutor
@@ -259,7 +260,11 @@ class Lab:
         topo = self.topology
         ssh_dir = sshd.SshMaterial(self.paths.directory / "ssh")
         replica = f"{self._scheme('storage')}://{topo.address('external')}:9000"
-        self._agent("storage", "storage", "service", ["--port", "8080", "--replica-url", replica])
+        # each job's objects are served to its own ranks only; refusals are the object server's telemetry
+        owners = [a for j in topo.jobs for a in ("--owner", f"{j.name}={','.join(topo.address(m) for m in j.members)}")]
+        refusals = telemetry.point_dir(self.telemetry_dir, "storage") / deploy.OBJECT_LOG
+        self._agent("storage", "storage", "service", ["--port", "8080", "--replica-url", replica, *owners,
+                                                      "--refusal-log", str(refusals)])
         self._agent("mgmt", "mgmt", "service", ["--port", "8000"])
         self._agent("external", "replica", "service", ["--port", "9000"])
         self._spawn("mgmt", "mgmt-sshd", "service", sshd.sshd_argv(ssh_dir))

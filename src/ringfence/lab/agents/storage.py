@@ -3,6 +3,13 @@
 ``GET /datasets/<job>/shard-<n>`` returns a deterministic text shard (JSON lines, like a tokenizer's
 input); ``PUT /checkpoints/<job>/<name>`` stores a checkpoint in memory (the latest per job) and
 queues it for replication to ``--replica-url`` (``PUT <replica-url>/replica/<job>/<name>``).
+
+With ``--owner JOB=ADDR[,ADDR…]`` (the lab passes one per job) a job's prefixes (``/datasets/JOB/``,
+``/checkpoints/JOB/``) are served only to that job's ranks, by the peer's address (the address the
+fabric delivered the connection from, after its anti-spoofing rules); any other peer gets 403, and
+each refusal is one JSON line in ``--refusal-log`` (time, peer, identity, method, path, owner job) —
+the object server's own telemetry. A network rule cannot tell one job's objects from another's on a
+port both jobs may reach; this can.
 """
 
 from __future__ import annotations
@@ -11,14 +18,25 @@ import functools
 import json
 import queue
 import random
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from ringfence.lab.agents.common import Handler, HttpClient, Status, serve_until_stopped, server_parser
+from ringfence.lab.agents.common import (
+    Handler,
+    HttpClient,
+    Status,
+    peer_identity,
+    serve_until_stopped,
+    server_parser,
+)
 
 _WORDS = ("the gradient of a loss flows back through every layer while the optimizer keeps its moments "
           "and a scheduler warms the learning rate before the cosine decay of a long run").split()
 SHARD_BYTES = 128 << 10
+_LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 
 @functools.lru_cache(maxsize=64)
@@ -39,15 +57,51 @@ def make_shard(job: str, n: int, size: int = SHARD_BYTES) -> bytes:
 
 @dataclass
 class Store:
-    """The latest checkpoint per job and the replication queue."""
+    """The latest checkpoint per job, the replication queue, and who owns which job's objects."""
 
     checkpoints: dict[str, bytes] = field(default_factory=dict)
     outbox: queue.Queue[tuple[str, str, bytes]] = field(default_factory=queue.Queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    owners: dict[str, frozenset[str]] = field(default_factory=dict)  # job → its ranks' addresses
+    refusal_log: Path | None = None
+
+
+def parse_owners(values: list[str]) -> dict[str, frozenset[str]]:
+    """``["train-a=10.0.0.1,10.0.0.2"]`` → ``{"train-a": {...}}``; ValueError on a malformed entry."""
+    out: dict[str, frozenset[str]] = {}
+    for v in values:
+        job, sep, addrs = v.partition("=")
+        if not sep or not job or not addrs:
+            raise ValueError(f"--owner wants JOB=ADDR[,ADDR...], not {v!r}")
+        out[job] = frozenset(a for a in addrs.split(",") if a)
+    return out
 
 
 class StorageHandler(Handler):
     """Routes of the object server."""
+
+    def _foreign(self, job: str) -> bool:
+        """True (and the refusal sent and logged) when ``job``'s objects are not this peer's to touch."""
+        store: Store = self.server.state
+        owners = store.owners.get(job)
+        peer = self.client_address[0]
+        # no owners configured: no per-job check (a bare object server, as before). A loopback peer is the
+        # node's TLS gate, which has already decided by the certificate's identity (its job:{job} rule)
+        if not store.owners or peer in _LOOPBACK or (owners is not None and peer in owners):
+            return False
+        self.server.status.count("foreign_refused")
+        rec = {"time": time.time(), "peer": peer, "identity": peer_identity(self.connection),
+               "method": self.command, "path": self.path, "job": job, "result": "refused"}
+        if store.refusal_log is not None:
+            try:
+                with store.refusal_log.open("a") as f:
+                    f.write(json.dumps(rec) + "\n")
+            except OSError as exc:
+                self.server.status.error("refusal_log", exc)
+        sys.stderr.write(f"refused {self.command} {self.path} from {peer}: not an owner of job {job}\n")
+        # logged before the answer: whoever is refused, the refusal is already on the record
+        self.reply_json(403, {"error": f"objects of job {job} are not served to {peer}"})
+        return True
 
     def do_GET(self) -> None:
         """Dataset shards, and a health check."""
@@ -61,6 +115,8 @@ class StorageHandler(Handler):
             except ValueError:
                 self.reply_json(400, {"error": "shard number"})
                 return
+            if self._foreign(parts[1]):
+                return
             self.reply(200, make_shard(parts[1], n), "application/x-ndjson")
             self.server.status.count("shards_served")
             return
@@ -71,6 +127,8 @@ class StorageHandler(Handler):
         parts = self.path.strip("/").split("/")
         if len(parts) < 3 or parts[0] != "checkpoints":
             self.reply_json(404, {"error": "not found"})
+            return
+        if self._foreign(parts[1]):
             return
         data = self.body()
         store: Store = self.server.state
@@ -101,8 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM."""
     p = server_parser(__doc__ or "", 8080)
     p.add_argument("--replica-url", default="", help="base URL of the off-site replica (empty: no replication)")
+    p.add_argument("--owner", action="append", default=[], metavar="JOB=ADDR[,ADDR...]",
+                   help="serve JOB's datasets and checkpoints only to these peers (repeatable)")
+    p.add_argument("--refusal-log", type=Path, help="append one JSON line per refused request here")
     args = p.parse_args(argv)
-    store = Store()
+    try:
+        owners = parse_owners(args.owner)
+    except ValueError as exc:
+        p.error(str(exc))
+    store = Store(owners=owners, refusal_log=args.refusal_log)
 
     def start_replication(status: Status, stop: threading.Event) -> None:
         if args.replica_url:

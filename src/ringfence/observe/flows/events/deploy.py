@@ -16,6 +16,8 @@ from ringfence.observe.flows.events.conventions import GROUPS, LABELS
 
 #: reader name → the file each host writes under its telemetry directory.
 FILES: Final = {"ulogd": "ulogd.json", "conntrack": "conntrack.log", "dnsmasq": "dnsmasq.log"}
+#: The object server's refusals (one JSON line each: time, peer, identity, method, path, job), beside the others.
+OBJECT_LOG: Final = "objects.json"
 #: Where a host keeps its telemetry when nothing else is configured.
 DEFAULT_DIR: Final = "/var/log/ringfence/telemetry"
 ULOGD_PLUGINS: Final = Path("/usr/lib/x86_64-linux-gnu/ulogd")
@@ -59,4 +61,5 @@ def dnsmasq_argv(directory: str, listen: str, hosts_file: str, domain: str) -> l
             f"--local=/{domain}/", "--domain-needed", "--cache-size=0"]
 
 
-__all__ = ["DEFAULT_DIR", "FILES", "ULOGD_PLUGINS", "conntrack_argv", "dnsmasq_argv", "ulogd_argv", "ulogd_config"]
+__all__ = ["DEFAULT_DIR", "FILES", "OBJECT_LOG", "ULOGD_PLUGINS", "conntrack_argv", "dnsmasq_argv", "ulogd_argv",
+           "ulogd_config"]

@@ -1,0 +1,234 @@
+"""Drill ``exfiltration``: a node streams a checkpoint to an address outside the trust boundary that the
+policy does not approve for it — blocked, logged with identity, a failing finding naming the node, proven
+by an independent capture that no byte got out, then the node is contained and released.
+
+What is really done, from the suspect node through its executor:
+
+* **exfil-direct** — ``PUT /replica/exfil/<node>/checkpoint`` of :data:`CHECKPOINT_BYTES` random bytes
+  straight to a listening service of an external zone (the lab's replica sink, 10.77.9.10:9000), with a
+  socket that takes no node-local proxy; tried again until the capture window closes (a busy machine's
+  capture may start late). Stopped only when every try timed out or was reset on a listening port AND its
+  own ``denied`` element moved (as a deny probe is proven) AND the capture of the site — taken by the
+  site, not by the attacker — holds no payload byte between the node and that address;
+* **exfil-egress-gateway** — the same through the site's egress gateway. No target ringfence knows runs
+  one yet (the lab has none): the attempt is recorded as not made, so the drill is ``unknown``, never
+  ``pass``, until a gateway exists to try.
+
+The attempt's volume is the firewall's own count (the ``denied`` elements' packets for those very
+connections), and its decisions in the telemetry are attributed to the node by the inventory. A finding
+(``fail``, control egress) naming the node goes into the evidence store with the proof's evidence ids.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ringfence.drill._attack import (
+    DETECTION_NOTE,
+    Conn,
+    Outcome,
+    approved_to,
+    attack,
+    await_detection,
+    combine,
+    enforcement_points,
+    judge_connection,
+    look_for,
+    moved,
+    record_attempt,
+    who,
+)
+from ringfence.drill._respond import respond
+from ringfence.drill.bystander import watch_bystander
+from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
+from ringfence.enforce.apply import FABRIC
+from ringfence.enforce.matrix import resolve
+from ringfence.enforce.probe_matrix import denied_counters, listening_ports
+from ringfence.errors import RingfenceError
+from ringfence.evidence import RecordKind
+from ringfence.marks import LOCAL_PROXY_BYPASS
+from ringfence.policy import Policy
+
+#: the checkpoint the node tries to stream (random bytes: 4 MiB is a shard of a real one, quick on a lab)
+CHECKPOINT_BYTES = 4 << 20
+#: seconds of the independent capture, during which the node keeps trying
+CAPTURE_S = 2.5
+FINDING_SOURCE = "ringfence.drill"
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Where the node tries to send: a listening service beyond the trust boundary, not approved for it."""
+
+    node: str
+    address: str
+    port: int
+    service: str
+
+
+def suspect_node(policy: Policy, named: str | None) -> str:
+    """The node named, or the last rank of the last job (so the first job stays a bystander)."""
+    if named:
+        if policy.node(named) is None:
+            raise DrillError(f"no node {named!r} in policy {policy.cluster}")
+        return named
+    if not policy.jobs:
+        raise DrillError(f"policy {policy.cluster} has no job: no training node to exfiltrate from")
+    return policy.jobs[-1].members[-1]
+
+
+def outside_target(policy: Policy, node: str) -> Outside:
+    """The first TCP service of an external zone that the policy does not approve ``node`` to open."""
+    m = resolve(policy)
+    for s in policy.services:
+        dest = policy.node(s.node)
+        if dest is None or m.node_zone.get(s.node) not in m.external_zones or s.proto != "tcp":
+            continue
+        if approved_to(m, node, dest.addresses[0], s.port_range[0]) is None:
+            return Outside(s.node, dest.addresses[0], s.port_range[0], s.name)
+    raise DrillError(f"policy {policy.cluster} has no service outside the trust boundary that {node} is not "
+                     "approved to reach: there is nothing to exfiltrate to", hint="a zone with trust: external")
+
+
+def bytes_out(flows: Any, node_addresses: Sequence[str], outside: str) -> int | None:
+    """L4 payload bytes, both directions, of the captured flows between the node and ``outside`` (None when the
+    capture could not say: a flow of theirs without a payload count)."""
+    total = 0
+    for r in flows.select(["src", "dst", "payload_bytes"]).to_pylist():
+        if {r["src"], r["dst"]} & set(node_addresses) and outside in (r["src"], r["dst"]):
+            if r["payload_bytes"] is None:
+                return None
+            total += int(r["payload_bytes"])
+    return total
+
+
+def judge_exfil(outcomes: Sequence[Outcome], grew: Sequence[Mapping[str, int]], listening: bool | None,
+                out: int | None, capture_flows: int) -> tuple[bool | None, str]:
+    """(got through?, why): through when a try connected or the capture saw payload; stopped only when every
+    try was proven dropped by policy and the capture — which saw traffic at all — saw 0 payload bytes."""
+    net = combine([judge_connection(o, listening, g) for o, g in zip(outcomes, grew, strict=True)])
+    if net[0] is True or (out is not None and out > 0):
+        seen = f"; the capture saw {out} payload bytes cross" if out else ""
+        return True, (net[1] if net[0] is True else "no try connected") + seen
+    if out is None:
+        return None, f"{net[1]}; no independent capture could count the bytes that got out"
+    if capture_flows == 0:
+        return None, f"{net[1]}; the capture recorded no traffic at all, so its 0 bytes prove nothing"
+    if net[0] is None:
+        return None, net[1]
+    return False, f"{net[1]}; the independent capture ({capture_flows} flows) saw 0 bytes between them"
+
+
+class Exfiltration:
+    """The exfiltration scenario (see the module docstring)."""
+
+    name = "exfiltration"
+    summary = "a node streams a checkpoint outside the trust boundary, directly and via the egress gateway"
+
+    def _capture(self, ctx: DrillContext, path: Path, box: dict[str, Any]) -> None:
+        try:
+            ctx.cluster.capture(CAPTURE_S, path)
+            box["path"] = path
+        except RingfenceError as exc:
+            box["error"] = exc.message
+        except OSError as exc:  # a capture tool that could not start: no capture, said so (never a silent thread)
+            box["error"] = f"{type(exc).__name__}: {exc}"
+
+    def run(self, ctx: DrillContext) -> DrillReport:
+        """Play it on ``ctx``'s cluster (see the module docstring)."""
+        from ringfence.observe.flows.pcap import PcapReader
+
+        started = datetime.now(UTC).isoformat()
+        node = suspect_node(ctx.policy, ctx.options.get("node"))
+        points = enforcement_points(ctx)
+        if node not in points:
+            raise DrillError(f"no executor reaches {node}, the node the drill exfiltrates from")
+        pnode = ctx.policy.node(node)
+        assert pnode is not None  # suspect_node checked it
+        addrs = list(pnode.addresses)
+        dest = outside_target(ctx.policy, node)
+        ports = listening_ports(points[dest.node]) if dest.node in points else None
+        listening = None if ports is None else dest.port in ports
+        conn = Conn(dest.node, dest.address, dest.port, "PUT", f"/replica/exfil/{node}/checkpoint",
+                    CHECKPOINT_BYTES, LOCAL_PROXY_BYPASS)
+        notes = [f"{node} ({', '.join(addrs)}) streams a {CHECKPOINT_BYTES >> 20} MiB checkpoint to {dest.node} "
+                 f"({dest.address}:{dest.port}, service {dest.service}), outside the trust boundary and not "
+                 f"approved for {node}",
+                 "no egress gateway on this target: the attempt through it was not made (unknown, not pass)",
+                 "bytes out are counted in the site's own capture, where packets leave their sender; the "
+                 "attacker's count is recorded beside it, never used for the verdict", DETECTION_NOTE]
+        if ports is None:
+            notes.append(f"whether {dest.node} listens could not be read: no executor reaches it")
+        with watch_bystander(ctx.cluster, ctx.policy, [node]) as watch:
+            box: dict[str, Any] = {}
+            pcap = ctx.workdir / "exfiltration.pcap"
+            cap = threading.Thread(target=self._capture, args=(ctx, pcap, box), daemon=True)
+            before = denied_counters(points)
+            t_attack = time.time()
+            cap.start()
+            outcomes: list[Outcome] = []
+            # keep trying while the site records (a capture that started late still sees a later try), at
+            # least once; bounded by the capture's own length
+            while not outcomes or (cap.is_alive() and len(outcomes) < 8):
+                outcomes += attack(points[node], [conn])
+            cap.join(timeout=CAPTURE_S + ctx.timeout)
+            after = denied_counters(points)
+            grew = [moved(before, after, (addrs[0], dest.address, "tcp", o.sport, dest.port)) for o in outcomes]
+            flows_seen, out = 0, None
+            if "path" in box:
+                flows = PcapReader().read(box["path"]).flows
+                flows_seen, out = flows.num_rows, bytes_out(flows, addrs, dest.address)
+            else:
+                notes.append(f"the independent capture failed: {box.get('error', 'it did not finish')}")
+            got, why = judge_exfil(outcomes, grew, listening, out, flows_seen)
+            packets = sum(sum(g.values()) for g in grew)
+            det = await_detection(ctx, points, list(dict.fromkeys([FABRIC, node])),
+                                  {"exfil-direct": ([(addrs[0], dest.address, dest.port)], t_attack)}, [node],
+                                  bound=look_for(outcomes, min(ctx.timeout, 10.0)))["exfil-direct"]
+            ev = record_attempt(ctx, self.name, "exfil-direct", outcomes, {
+                "bytes_out": out, "capture_flows": flows_seen, "denied_packets": packets,
+                "attacker_sent": sum(o.sent for o in outcomes), "capture": str(box.get("path", ""))})
+            made = any(o.outcome not in ("error", "unreachable") for o in outcomes)
+            finding = self._finding(ctx, node, dest, got, why, packets, out, (ev,)) if made else None
+            resp = respond(ctx, points, detected_at=t_attack + det.seconds if det.seconds is not None else None,
+                           node=node)
+        volume = (f"; volume: {packets} packet(s) dropped by the firewall over {len(outcomes)} try(s), "
+                  f"the attacker's own count {sum(o.sent for o in outcomes)} bytes sent")
+        direct = Attempt(
+            "exfil-direct", who(ctx.policy, node), f"{dest.node} ({dest.address}:{dest.port})",
+            f"streamed a {CHECKPOINT_BYTES >> 20} MiB checkpoint straight to {dest.node}, outside the trust "
+            "boundary", got, why, det.found, det.text + volume + (f"; finding {finding}" if finding else ""),
+            det.seconds, out, tuple(e for e in (ev, finding) if e))
+        gateway = Attempt(
+            "exfil-egress-gateway", who(ctx.policy, node), f"{dest.node} ({dest.address}:{dest.port}) via the "
+            "egress gateway", "the same checkpoint through the site's egress gateway", None,
+            "not attempted: no egress gateway on this target", None, "not looked for: nothing was attempted")
+        return DrillReport(
+            self.name, ctx.target, started, datetime.now(UTC).isoformat(), (direct, gateway), watch.result(),
+            resp.contained, resp.text, det.seconds, resp.seconds, tuple(notes),
+            (ev, *((finding,) if finding else ()), *resp.evidence), str(ctx.store.path))
+
+    def _finding(self, ctx: DrillContext, node: str, dest: Outside, got: bool | None, why: str, packets: int,
+                 out: int | None, evidence: tuple[str, ...]) -> str:
+        """The failing finding that names the node (control egress), on the record; returns its id."""
+        subject = who(ctx.policy, node)
+        data = {
+            "control": "egress", "verdict": "fail", "subject": subject, "node": node,
+            "finding": f"{subject} tried to send a checkpoint to {dest.node} ({dest.address}:{dest.port}), outside "
+                       f"the trust boundary and not approved for it — "
+                       f"{'it got through' if got else 'blocked' if got is False else 'not proven blocked'}",
+            "blocked": got is False, "detail": why, "denied_packets": packets, "bytes_out": out,
+            "evidence": list(evidence),
+            "remediation": f"contain {node} (ringfence contain --node {node}) and investigate what ran there",
+        }
+        return str(ctx.store.append(RecordKind.FINDING, FINDING_SOURCE, f"node {node}", data))
+
+
+__all__ = ["CAPTURE_S", "CHECKPOINT_BYTES", "Exfiltration", "Outside", "bytes_out", "judge_exfil",
+           "outside_target", "suspect_node"]

@@ -1,0 +1,90 @@
+"""The malicious-job and exfiltration drills on a real 2-job lab, through the CLI: before ``apply`` the attack
+gets through and the drill fails naming it; after ``apply`` every attempt is stopped (proven by its own drop
+counter), detected with the actor's identity, contained, and the bystander job keeps training."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.cli import main
+from ringfence.enforce.apply import apply_policy, rollback
+from ringfence.errors import EnvironmentProblem
+from ringfence.evidence import EvidenceStore, RecordKind
+from ringfence.lab import Lab
+from ringfence.lab.netns import require_privileges
+from ringfence.lab.points import lab_inventory, lab_points
+
+pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    try:
+        require_privileges()
+    except EnvironmentProblem as exc:
+        pytest.skip(f"the lab cannot run here: {exc.message}")
+    with Lab.up(workers=4, jobs=2, scheduler=False) as lab:
+        yield lab
+
+
+def _drill(lab: Lab, scenario: str, out: Path, store: Path) -> tuple[int, dict[str, Any]]:
+    code = main(["drill", "run", scenario, "--name", lab.name, "-o", str(out), "--store", str(store)])
+    return code, json.loads(out.read_text())
+
+
+def _brief(doc: dict[str, Any]) -> dict[str, Any]:
+    """The report without its long lists, for an assertion message."""
+    return {k: v for k, v in doc.items() if k not in ("evidence",)}
+
+
+def test_before_apply_the_checkpoint_gets_out_and_the_drill_fails(lab: Lab, tmp_path: Path) -> None:
+    code, doc = _drill(lab, "exfiltration", tmp_path / "exfil.json", tmp_path / "evidence")
+    direct = next(a for a in doc["attempts"] if a["step"] == "exfil-direct")
+    assert doc["verdict"] == "fail" and code == 1, _brief(doc)
+    assert direct["got_through"] is True and direct["bytes_out"] > 0 and "connected to external" in direct["stopped_by"]
+    assert doc["why"] == "got through: exfil-direct"
+    # nothing to contain with before a policy is applied: containment did not hold, said so
+    assert doc["contained"] is False and "needs an applied policy" in doc["containment"]
+    assert EvidenceStore.open(tmp_path / "evidence").verify().ok
+
+
+def test_after_apply_both_drills_are_stopped_detected_and_contained(lab: Lab, tmp_path: Path) -> None:
+    policy = lab.policy()
+    points = lab_points(lab)
+    store = EvidenceStore.open(tmp_path / "evidence")
+    target = f"lab:{lab.name}"
+    apply_policy(policy, points, store, target=target, inventory=lab_inventory(lab))
+    try:
+        code, mj = _drill(lab, "malicious-job", tmp_path / "mj.json", store.path)
+        steps = {a["step"]: a for a in mj["attempts"]}
+        assert set(steps) == {"scan-ranks", "read-dataset", "ssh-mgmt"}
+        assert all(a["got_through"] is False for a in steps.values()), _brief(mj)
+        assert "dropped by policy (denied@" in steps["scan-ranks"]["stopped_by"]
+        assert "dropped by policy (denied@" in steps["ssh-mgmt"]["stopped_by"]
+        assert "refused by the object server" in steps["read-dataset"]["stopped_by"]
+        assert all(a["detected"] is True and "job train-b (spiffe://lab/job/train-b)" in a["detection"]
+                   for a in steps.values()), _brief(mj)
+        assert mj["contained"] is True and "job train-b" in mj["containment"], _brief(mj)
+        assert mj["bystander"]["job"] == "train-a" and mj["bystander"]["within_budget"] is True, _brief(mj)
+        assert mj["detection_seconds"] is not None and mj["containment_seconds"] is not None
+        assert mj["verdict"] == "pass" and code == 0, _brief(mj)
+
+        code, ex = _drill(lab, "exfiltration", tmp_path / "ex.json", store.path)
+        direct, gateway = (next(a for a in ex["attempts"] if a["step"] == s)
+                           for s in ("exfil-direct", "exfil-egress-gateway"))
+        assert direct["got_through"] is False and direct["bytes_out"] == 0, _brief(ex)
+        assert direct["detected"] is True and "worker-3 (10.77.1.13)" in direct["detection"], _brief(ex)
+        assert ex["contained"] is True and ex["bystander"]["within_budget"] is True, _brief(ex)
+        # the lab has no egress gateway: that part was not played, so the drill cannot pass — and says why
+        assert gateway["got_through"] is None and "no egress gateway" in gateway["stopped_by"]
+        assert ex["verdict"] == "unknown" and code == 3 and "not told: exfil-egress-gateway" in ex["why"]
+        findings = [r for r in store.records() if r.kind is RecordKind.FINDING and r.data.get("control") == "egress"]
+        assert findings and findings[-1].data["node"] == "worker-3" and findings[-1].data["blocked"] is True
+        assert store.verify().ok
+    finally:
+        rollback(points, store, target=target)
