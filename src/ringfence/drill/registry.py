@@ -13,7 +13,12 @@ NAMES = ("credential-compromise", "malicious-job", "exfiltration", "management-p
 
 def scenarios() -> Mapping[str, Scenario]:
     """name → scenario, for every scenario in :data:`NAMES`."""
-    table: dict[str, Scenario] = {}
+    from ringfence.drill import credential_compromise, mgmt_failure
+
+    table: dict[str, Scenario] = {
+        credential_compromise.NAME: credential_compromise.SCENARIO,
+        mgmt_failure.NAME: mgmt_failure.SCENARIO,
+    }
     return table
 
 
