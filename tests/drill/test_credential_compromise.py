@@ -4,6 +4,7 @@ answer is judged — and the gate's address binding that refuses a copied creden
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -21,7 +22,7 @@ from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
 from ringfence.secure import pki
-from ringfence.secure.layers._tls_mesh import authorise, bound_to
+from ringfence.secure.layers._tls_mesh import Rule, authorise, bound_to
 from ringfence.secure.layers.tls import bindings, identity_of, rules_for
 
 
@@ -55,10 +56,6 @@ def test_the_stolen_rank_identity_is_entitled_to_every_planned_request() -> None
     assert json.loads(plan[1].body)["job"] == "train-b"
     assert skipped and "replica-sink" in skipped[0]
     # what makes the theft worth it: the gate's own rules authorise exactly these requests for the rank ...
-    import re
-
-    from ringfence.secure.layers._tls_mesh import Rule
-
     ident = pki.parse_identity(identity_of(policy, "worker-2"))
     for req in plan:
         rules = tuple(Rule(r["method"], re.compile(r["path"]), r["allow"]) for r in rules_for(req.service, policy))

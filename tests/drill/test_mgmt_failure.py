@@ -3,9 +3,11 @@ containment's denied probes become attempts (stopped only with a drop counter th
 
 from __future__ import annotations
 
+import pytest
+
 from ringfence.controls.interface import ProbeResult, Verdict
-from ringfence.drill.interface import Bystander, DrillReport
-from ringfence.drill.mgmt_failure import attempts_of, is_down, mgmt_ports
+from ringfence.drill.interface import Bystander, DrillError, DrillReport
+from ringfence.drill.mgmt_failure import attempts_of, choose_suspect, is_down, mgmt_ports
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
@@ -59,3 +61,12 @@ def test_a_drill_whose_attempt_connects_fails_and_names_it() -> None:
     assert ok.verdict is Verdict.PASS
     # held, but the management node was never shown down (contained=None): unknown, never pass
     assert DrillReport("m", "ssh:h", "t0", "t1", tuple(held), by, contained=None).verdict is Verdict.UNKNOWN
+
+
+def test_the_suspect_keeps_approved_paths_that_stay_up_while_mgmt_is_down() -> None:
+    policy = _policy()
+    assert choose_suspect(policy, "mgmt") == "worker-3"  # a rank of the last job: the first is the bystander
+    assert choose_suspect(policy, "mgmt", "aux") == "aux"
+    for bad in ("mgmt", "nosuch"):
+        with pytest.raises(DrillError, match="cannot contain"):
+            choose_suspect(policy, "mgmt", bad)

@@ -7,7 +7,8 @@ Played, in order:
    are stopped by their recorded pids; it is shown down by what it listens on (none of its services'
    ports, read through its executor — or no answer from it at all). A target that cannot stop it
    says so in the notes and the drill proves nothing about running without it (``unknown``).
-2. *containment without it* — the suspect (``aux`` by default) is contained with
+2. *containment without it* — the suspect (a rank of the last job by default: see
+   :func:`choose_suspect`) is contained with
    :func:`ringfence.enforce.contain.contain`: a snapshot, the contained set at the fabric and at the
    node, the proof by probes, the fabric alone with the node's own containment lifted. The default
    evidence collector is the management node, which is down: there is none (on SSH only the control
@@ -53,6 +54,22 @@ SOURCE = "ringfence.drill.management-plane-failure"
 NAME = "management-plane-failure"
 #: seconds of capture in the containment's snapshot (the drill keeps it short: the fabric is what is proven)
 SNAPSHOT_S = 1.0
+
+
+def choose_suspect(policy: Policy, mgmt: str, suspect: str | None = None) -> str:
+    """The node to contain: the given one, or the last rank of the last job.
+
+    Not ``aux`` by default: aux's one approved path leads to the management node, which is down during
+    the drill, so with aux's own rules lifted there would be nothing it may otherwise reach to show the
+    fabric alone stopping it. A rank keeps approved paths that stay up (storage, its job's collective).
+    """
+    if suspect is not None:
+        if policy.node(suspect) is None or suspect == mgmt:
+            raise DrillError(f"cannot contain {suspect!r}: not a node of policy {policy.cluster} other than {mgmt}")
+        return suspect
+    if not policy.jobs:
+        raise DrillError(f"policy {policy.cluster} has no job: name the node to contain")
+    return policy.jobs[-1].members[-1]
 
 
 def mgmt_ports(policy: Policy, mgmt: str) -> tuple[int, ...]:
@@ -103,14 +120,14 @@ class ManagementPlaneFailure:
     """The scenario (see the module docstring)."""
 
     name = NAME
-    summary = "the management node goes down, then aux is contained and proven at the fabric without it"
+    summary = "the management node goes down, then a node is contained and proven at the fabric without it"
 
     def run(self, ctx: DrillContext) -> DrillReport:
         """Play it on ``ctx``'s cluster (stopping the management node needs ``--target lab``)."""
         started = _iso()
         policy, site = ctx.policy, ctx.cluster.site()
-        suspect = str(ctx.options.get("suspect", "aux"))
         mgmt = str(ctx.options.get("mgmt", "mgmt"))
+        suspect = choose_suspect(policy, mgmt, ctx.options.get("suspect"))
         subject = resolve_subject(policy, node=suspect)
         pts = _site.points(ctx)
         if mgmt not in pts:
@@ -215,4 +232,4 @@ class ManagementPlaneFailure:
 
 SCENARIO = ManagementPlaneFailure()
 
-__all__ = ["NAME", "SCENARIO", "ManagementPlaneFailure", "attempts_of", "is_down", "mgmt_ports"]
+__all__ = ["NAME", "SCENARIO", "ManagementPlaneFailure", "attempts_of", "choose_suspect", "is_down", "mgmt_ports"]

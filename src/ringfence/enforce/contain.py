@@ -267,6 +267,10 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
     probes: list[ProbeSpec] = []
     skipped: list[str] = list(base.skipped)
     sensitive = sorted({(p.destination, p.port) for p in base.probes})
+    # a port nothing listens on (its node down, its service stopped) cannot show a denial: not probed, said
+    silent = [(d, port) for d, port in sensitive if port not in listening.get(d, frozenset())]
+    skipped += [f"{d}:{port}: nothing listens there, so a denial of it would prove nothing" for d, port in silent]
+    sensitive = [x for x in sensitive if x not in silent]
     collector_nodes = [n for n, a in addrs.items() if a in collectors]
     for node in subject.nodes:
         if node not in sources:
@@ -415,7 +419,7 @@ def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor
     specs = []
     for p in base.probes:
         if (p.expected == "allow" and p.source in own and p.host not in collectors and p.destination not in own
-                and per_source.get(p.source, 0) < 2):
+                and p.port in (listening.get(p.destination) or ()) and per_source.get(p.source, 0) < 2):
             per_source[p.source] = per_source.get(p.source, 0) + 1
             specs.append(ProbeSpec(p.source, p.destination, p.host, p.port, "deny",
                                    why=f"{p.source}'s own containment lifted: the fabric alone must drop {p.rule}"))
