@@ -55,6 +55,7 @@ from ringfence.secure import pki
 from ringfence.secure.layers import tls_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import Runtime, StateStore
+from ringfence.targets import ops
 from ringfence.targets.interface import Executor, Site
 
 SOURCE = "ringfence.drill.credential-compromise"
@@ -286,7 +287,7 @@ class CredentialCompromise:
                 resumed, how = self._resumed(ctx, site, policy, job, victim, new_fp, t_rev, rec)
             finally:
                 for node in (attacker, victim):  # the copies made by the drill, wherever they are
-                    site.executor(node).run(["rm", "-rf", "--", str(stolen)], timeout=30)
+                    ops.remove_tree(site.executor(node), str(stolen))
         refused = replay
         revoked_ok: bool | None
         if any(a.got_through is True for a in refused):
