@@ -116,3 +116,16 @@ def test_both_scenarios_are_in_the_registry_under_their_cli_names() -> None:
     table = scenarios()
     assert table["credential-compromise"] is SCENARIO and table["management-plane-failure"] is MGMT
     assert set(table) <= set(NAMES) == set(SCENARIOS)
+
+
+def test_a_drop_is_attributed_to_the_one_connection_by_its_source_port() -> None:
+    from ringfence.drill._site import moved
+
+    key = ("10.77.1.50", "10.77.2.10", "tcp", 40001, 8080)
+    other = ("10.77.1.50", "10.77.2.10", "tcp", 40002, 8080)  # the same node's own traffic to the same port
+    before = {"fabric/inet": {other: 5}}
+    after = {"fabric/inet": {key: 2, other: 9}, "aux/inet": {}}
+    assert moved(before, after, saddr="10.77.1.50", daddr="10.77.2.10", dport=8080, sport=40001) == {"fabric/inet": 2}
+    assert moved(before, {"fabric/inet": {other: 9}}, saddr="10.77.1.50", daddr="10.77.2.10", dport=8080,
+                 sport=40001) == {}
+    assert moved(before, after, saddr="10.77.1.50", daddr="10.77.2.10", dport=8080, sport=None) == {"fabric/inet": 6}

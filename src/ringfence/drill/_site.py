@@ -46,13 +46,15 @@ def address(policy: Policy, node: str) -> str:
 
 
 def moved(before: Mapping[str, Mapping[DeniedKey, int]], after: Mapping[str, Mapping[DeniedKey, int]], *,
-          saddr: str, daddr: str, dport: int) -> dict[str, int]:
-    """``point/family`` → packets dropped from ``saddr`` to ``daddr:dport`` between two counter reads (any
-    source port: the actor's connection picks its own), only where the count grew."""
+          saddr: str, daddr: str, dport: int, sport: int | None) -> dict[str, int]:
+    """``point/family`` → packets dropped from ``saddr:sport`` to ``daddr:dport`` between two counter reads,
+    only where the count grew. The source port ties the drop to one connection (other traffic of the
+    same node to the same service is not it); ``None`` matches any — and proves less."""
     out: dict[str, int] = {}
     for where, elems in after.items():
         grown = sum(n - before.get(where, {}).get(k, 0) for k, n in elems.items()
-                    if k[0] == saddr and k[1] == daddr and k[4] == dport and n > before.get(where, {}).get(k, 0))
+                    if k[0] == saddr and k[1] == daddr and k[4] == dport and (sport is None or k[3] == sport)
+                    and n > before.get(where, {}).get(k, 0))
         if grown:
             out[where] = grown
     return out

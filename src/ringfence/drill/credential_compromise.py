@@ -48,7 +48,7 @@ from ringfence.drill import _site
 from ringfence.drill.bystander import watch_bystander
 from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
 from ringfence.enforce.apply import FABRIC
-from ringfence.enforce.probe_matrix import denied_counters
+from ringfence.enforce.probe_matrix import DeniedKey, denied_counters
 from ringfence.evidence import RecordKind
 from ringfence.policy import Policy
 from ringfence.secure import pki
@@ -174,20 +174,18 @@ class _Shot:
 
 def _request(site: Site, node: str, cred: Path, req: Request, watch: Mapping[str, Executor], saddr: str,
              fingerprint: str) -> _Shot:
-    """Make ``req`` from ``node`` with ``cred``; meanwhile poll the drop counters of ``watch`` (the
-    detection), then read the service's gate events for this credential from ``saddr``."""
+    """Make ``req`` from ``node`` with ``cred``; meanwhile read the drop counters of ``watch`` every 0.2 s
+    (the detection: the first read where this very connection's counter moved), then read the service's
+    gate events for this credential from ``saddr``."""
     before = denied_counters(watch)
     t0 = time.time()
-    dropped: dict[str, int] = {}
-    dropped_at: float | None = None
+    reads: list[tuple[float, dict[str, dict[DeniedKey, int]]]] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
         fut = pool.submit(tls_run.probe_request, site, node, cred, req.url, method=req.method, body=req.body,
                           timeout=REQUEST_TIMEOUT)
-        while True:
+        while watch:
             done = fut.done()
-            dropped = _site.moved(before, denied_counters(watch), saddr=saddr, daddr=req.address, dport=req.port)
-            if dropped and dropped_at is None:
-                dropped_at = time.time()
+            reads.append((time.time(), denied_counters(watch)))
             if done:
                 break
             time.sleep(0.2)
@@ -195,6 +193,13 @@ def _request(site: Site, node: str, cred: Path, req: Request, watch: Mapping[str
             res = fut.result()
         except LayerError as exc:
             res = {"outcome": "error", "error": exc.message}
+    sport = res.get("sport") if isinstance(res.get("sport"), int) else None
+    dropped: dict[str, int] = {}
+    dropped_at: float | None = None
+    for t, counters in reads:
+        dropped = _site.moved(before, counters, saddr=saddr, daddr=req.address, dport=req.port, sport=sport)
+        if dropped and dropped_at is None:
+            dropped_at = t
     gate = [e for e in tls_run.read_events(site, since=t0)
             if e.get("dir") == "in" and e.get("node") == req.node and e.get("peer") == saddr
             and e.get("peer_fingerprint") == fingerprint]
@@ -262,7 +267,10 @@ class CredentialCompromise:
                 "to": attacker, "path": str(stolen)})
             ctx.progress(f"{identity} ({fp[:16]}…) copied from {victim} to {attacker}")
             try:
-                attempts += self._attack(ctx, site, pts, plan, attacker, a_addr, stolen, identity, fp, rec)
+                t_attack = time.time()
+                made = self._attack(ctx, site, pts, plan, attacker, a_addr, stolen, identity, fp, rec)
+                attempts += [a for a, _ in made]
+                t_seen = min((t for _, t in made if t is not None), default=None)
                 control = self._control(ctx, site, plan, victim, v_addr, stolen, fp, rec)
                 if not all(control.values()):
                     # the copy was not accepted even where it is bound: a refusal at the gate proved nothing
@@ -300,8 +308,7 @@ class CredentialCompromise:
             True if revoked_ok and resumed else None)
         notes.append("collective transport peers (ringfence transport) read the same revocation list at their next "
                      "handshake; this drill does not force one, so they are not proven here")
-        first = min((a.seconds_to_detect for a in attempts[: len(plan)] if a.seconds_to_detect is not None),
-                    default=None)
+        first = round(t_seen - t_attack, 3) if t_seen is not None else None  # first attack → first detection
         seconds = round(last - t_rev, 3) if last is not None else None
         within = f" within {seconds:g}s of the revocation" if seconds is not None else ""
         return DrillReport(
@@ -315,7 +322,8 @@ class CredentialCompromise:
     @staticmethod
     def _attack(ctx: DrillContext, site: Site, pts: Mapping[str, Executor], plan: Sequence[Request],
                 attacker: str, a_addr: str, stolen: Path, identity: str, fp: str,
-                rec: _Rec) -> list[Attempt]:
+                rec: _Rec) -> list[tuple[Attempt, float | None]]:
+        """Each request from the attacker with the stolen credential, and when it was first detected."""
         out = []
         for req in plan:
             watch = {p: pts[p] for p in (FABRIC, attacker, req.node) if p in pts}
@@ -326,10 +334,10 @@ class CredentialCompromise:
                 "step": f"stolen-cert-{req.service}", "request": f"{req.method} {req.url}", "identity": identity,
                 "result": shot.res, "dropped": shot.dropped, "gate": shot.gate, "got_through": through})
             ctx.progress(f"{attacker} → {req.service} with {identity}: {why}")
-            out.append(Attempt(
+            out.append((Attempt(
                 f"stolen-cert-{req.service}", attacker, _site.named(ctx.policy, req.node, req.port),
                 f"{req.method} {req.path} over TLS as {identity}, with its certificate and key copied to {attacker}",
-                through, why, detected, how, secs, evidence=(ev,)))
+                through, why, detected, how, secs, evidence=(ev,)), shot.t0 + secs if secs is not None else None))
         return out
 
     @staticmethod

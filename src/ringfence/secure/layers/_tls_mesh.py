@@ -389,6 +389,8 @@ def probe(args: argparse.Namespace) -> int:
     try:
         raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, args.mark)
+        raw.bind(("0.0.0.0", 0))
+        out["sport"] = raw.getsockname()[1]  # so a drop counter can be matched to exactly this connection
         raw.settimeout(args.timeout)
         raw.connect((host, int(port)))
         with mat.client.wrap_socket(raw, server_hostname=None) as tls:
