@@ -91,6 +91,10 @@ def test_an_attack_is_stopped_only_by_a_named_refusal() -> None:
     gate = [{"result": "denied", "reason": "address binding: spiffe://lab/job/train-b/rank/0 is bound to x"}]
     through, why = judge_attack(_gate_reply(403, "bound"), {}, gate, STORAGE)
     assert through is False and "address binding" in why and "storage" in why
+    # the reply's body comes back cut short: the gate's own log still tells its refusal from the service's
+    cut = {"outcome": "response", "status": 403, "body": '{"error": "spiffe://lab/job/train-b/rank/0 may not GE'}
+    assert judge_attack(cut, {}, gate, STORAGE)[0] is False
+    assert judge_attack(cut, {}, [], STORAGE)[0] is True  # no gate said no: the service itself answered
     through, why = judge_attack({"outcome": "refused", "error": "timed out"}, {"fabric/inet": 3}, [], STORAGE)
     assert through is False and "denied@fabric/inet +3" in why
     refused = [{"result": "refused", "reason": "certificate of x is revoked"}]

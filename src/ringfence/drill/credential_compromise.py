@@ -120,8 +120,11 @@ def attack_plan(policy: Policy, services: Sequence[str], job: str, rank: int) ->
     return out, skipped
 
 
-def _from_gate(res: Mapping[str, Any]) -> bool:
-    return '"by": "ringfence-tls"' in str(res.get("body", ""))
+def _gate_said_no(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]]) -> bool:
+    """The answer is the TLS gate's refusal, not the service's: the gate logged a denial or refusal of this
+    credential, or its reply says so (the reply's body comes back truncated, so the log decides first)."""
+    return (any(e.get("result") in ("denied", "refused") for e in gate)
+            or '"by": "ringfence-tls"' in str(res.get("body", "")))
 
 
 def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Sequence[Mapping[str, Any]],
@@ -132,7 +135,7 @@ def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Seque
     service's TLS gate events for this credential from this source.
     """
     where = f"{req.service} on {req.node}"
-    if res.get("outcome") == "response" and not _from_gate(res):
+    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
         return True, f"{where} answered {res.get('status')}: the stolen credential was accepted"
     if res.get("outcome") == "response":
         reason = next((str(e.get("reason")) for e in gate if e.get("result") in ("denied", "refused")), "")
@@ -149,7 +152,7 @@ def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Seque
 def judge_revoked(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]], req: Request) -> tuple[bool | None, str]:
     """(got_through, why) for the revoked copy replayed from its bound address: refused only counts when the
     service's gate says the certificate is revoked."""
-    if res.get("outcome") == "response" and not _from_gate(res):
+    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
         return True, f"{req.service} on {req.node} still accepted the revoked credential ({res.get('status')})"
     revoked = next((e for e in gate if e.get("result") == "refused" and "revoked" in str(e.get("reason", ""))), None)
     if revoked is not None:
@@ -348,7 +351,9 @@ class CredentialCompromise:
         out = {}
         for req in plan:
             shot = _request(site, victim, stolen, req, {}, v_addr, fp)
-            out[req.service] = shot.res.get("outcome") == "response" and not _from_gate(shot.res)
+            status = shot.res.get("status")
+            out[req.service] = (shot.res.get("outcome") == "response" and isinstance(status, int)
+                                and 200 <= status < 300 and not _gate_said_no(shot.res, shot.gate))
             rec(RecordKind.OBSERVATION, f"node {victim}", {
                 "step": f"control-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
                 "accepted": out[req.service]})
