@@ -170,15 +170,17 @@ class ManagementPlaneFailure:
             try:
                 report, attempts, detect_s = self._contain(ctx, policy, subject, pts, collectors, notes)
             finally:
+                # always undone, also when the containment failed half-way: the management node first (the
+                # suspect's approved paths lead there), then the suspect (release skips where nothing is held)
                 if stopped and lab is not None:
                     ctx.progress(f"restarting {mgmt}'s services")
                     lab.restart(stopped)
+                release(subject, pts, ctx.store, target=ctx.target)
             back, why_back = is_down(ports, listening_ports(pts[mgmt]))
             rec(RecordKind.OBSERVATION, f"node {mgmt}", {"step": "management-node-back", "down": back,
                                                          "detail": why_back})
             released_ok: bool | None = None
             if report is not None:
-                release(subject, pts, ctx.store, target=ctx.target)
                 again = verify_release(policy, subject, pts, ctx.store, target=ctx.target)
                 released_ok = all(p.outcome == "connected" for p in again.results) if again.results else None
                 rec(RecordKind.OBSERVATION, subject.describe(), {
