@@ -211,7 +211,8 @@ def _request(site: Site, node: str, cred: Path, req: Request, watch: Mapping[str
 
 def _detection(shot: _Shot, actor: str) -> tuple[bool, str, float | None]:
     if shot.dropped_at is not None:
-        return (True, f"fabric drop counters for {actor}: " + ", ".join(sorted(shot.dropped)),
+        return (True, f"drop counters for {actor}'s connection: "
+                + ", ".join(f"denied@{w} +{n}" for w, n in sorted(shot.dropped.items())),
                 round(shot.dropped_at - shot.t0, 3))
     if shot.gate:
         e = shot.gate[0]
