@@ -102,6 +102,7 @@ def test_after_apply_both_drills_are_stopped_detected_and_proven(lab: Lab, tmp_p
         assert any("fabric/" in a["stopped_by"] and "own containment lifted" in a["stopped_by"]
                    for a in doc["attempts"])
         assert "evidence chain verifies" in doc["containment"] and "mgmt back" in doc["containment"]
+        assert "approved paths work again" in doc["containment"]  # the job API among them: mgmt serves again
         assert _mgmt_serves(lab)
         assert doc["bystander"]["within_budget"]
         assert store.verify().ok

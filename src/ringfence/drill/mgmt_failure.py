@@ -42,9 +42,15 @@ from ringfence.enforce.contain import (
     release,
     resolve_subject,
     verify,
-    verify_release,
 )
-from ringfence.enforce.probe_matrix import listening_ports
+from ringfence.enforce.probe_matrix import (
+    ProbePlan,
+    ProbeRun,
+    gather_listening,
+    listening_ports,
+    plan_probes,
+    run_probes,
+)
 from ringfence.evidence import RecordKind
 from ringfence.policy import Policy
 from ringfence.targets.cluster import steps_of
@@ -83,7 +89,7 @@ def is_down(ports: Sequence[int], listening: frozenset[int] | None) -> tuple[boo
         return True, "it does not answer its executor"
     up = sorted(set(ports) & listening)
     if up:
-        return False, f"still listening on {', '.join(map(str, up))}"
+        return False, f"listening on {', '.join(map(str, up))}"
     return True, f"listening on none of {', '.join(map(str, ports))}"
 
 
@@ -181,7 +187,7 @@ class ManagementPlaneFailure:
                                                          "detail": why_back})
             released_ok: bool | None = None
             if report is not None:
-                again = verify_release(policy, subject, pts, ctx.store, target=ctx.target)
+                again = _approved_again(policy, subject, pts, ctx)
                 released_ok = all(p.outcome == "connected" for p in again.results) if again.results else None
                 rec(RecordKind.OBSERVATION, subject.describe(), {
                     "step": "released", "verified": released_ok, "probes": again.evidence})
@@ -230,6 +236,20 @@ class ManagementPlaneFailure:
         t_iso, t_probe = _at(ctx, report.contained_evidence), _at(ctx, report.probe_evidence)
         detect = round(t_probe - t_iso, 3) if t_iso is not None and t_probe is not None else None
         return report, attempts_of(policy, report.probes, detected_after=detect), detect
+
+
+def _approved_again(policy: Policy, subject: Any, pts: Mapping[str, Executor], ctx: DrillContext) -> ProbeRun:
+    """After release: every approved service path *from the subject's own nodes* that has an application
+    greeting (the job API's among them, so the management node is shown serving again) connects and answers.
+
+    (:func:`~ringfence.enforce.contain.verify_release` shows each approved flow from one source of its
+    flow, which for a job's flows may be another rank than the one contained.)"""
+    nodes = [n.name for n in policy.nodes]
+    listening = gather_listening(pts, nodes)
+    known = {n: v for n, v in listening.items() if v is not None}
+    base = plan_probes(policy, known, [n for n in subject.nodes if n in pts])
+    again = tuple(p for p in base.probes if p.expected == "allow" and p.app)
+    return run_probes(policy, ProbePlan(again), pts, ctx.store, target=ctx.target, listening=listening)
 
 
 SCENARIO = ManagementPlaneFailure()
