@@ -13,10 +13,16 @@ NAMES = ("credential-compromise", "malicious-job", "exfiltration", "management-p
 
 def scenarios() -> Mapping[str, Scenario]:
     """name → scenario, for every scenario in :data:`NAMES`."""
+    from ringfence.drill import credential_compromise, mgmt_failure
     from ringfence.drill.exfiltration import Exfiltration
     from ringfence.drill.malicious_job import MaliciousJob
 
-    table: dict[str, Scenario] = {"malicious-job": MaliciousJob(), "exfiltration": Exfiltration()}
+    table: dict[str, Scenario] = {
+        credential_compromise.NAME: credential_compromise.SCENARIO,
+        "malicious-job": MaliciousJob(),
+        "exfiltration": Exfiltration(),
+        mgmt_failure.NAME: mgmt_failure.SCENARIO,
+    }
     return table
 
 

@@ -277,6 +277,10 @@ def containment_plan(policy: Policy, subject: Subject, collectors: Sequence[str]
     probes: list[ProbeSpec] = []
     skipped: list[str] = list(base.skipped)
     sensitive = sorted({(p.destination, p.port) for p in base.probes})
+    # a port nothing listens on (its node down, its service stopped) cannot show a denial: not probed, said
+    silent = [(d, port) for d, port in sensitive if port not in listening.get(d, frozenset())]
+    skipped += [f"{d}:{port}: nothing listens there, so a denial of it would prove nothing" for d, port in silent]
+    sensitive = [x for x in sensitive if x not in silent]
     collector_nodes = [n for n, a in addrs.items() if a in collectors]
     kept = [n for n, a in addrs.items() if a in keep and n not in collector_nodes]
     skipped += [f"{n}: kept reachable (it drives the containment), so neither side is probed to it" for n in kept]
@@ -463,7 +467,7 @@ def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor
     specs = []
     for p in base.probes:
         if (p.expected == "allow" and p.source in own and p.host not in collectors and p.host not in keep
-                and p.destination not in own
+                and p.destination not in own and p.port in (listening.get(p.destination) or ())
                 and per_source.get(p.source, 0) < 2):
             per_source[p.source] = per_source.get(p.source, 0) + 1
             specs.append(ProbeSpec(p.source, p.destination, p.host, p.port, "deny",

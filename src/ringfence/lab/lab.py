@@ -25,6 +25,7 @@ import secrets
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,14 @@ def _listening(pid: int) -> set[int]:
             if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+@dataclass(frozen=True)
+class StoppedProcess:
+    """A lab process stopped by :meth:`Lab.stop_node`: its record and the TCP ports it listened on."""
+
+    record: ProcessRecord
+    ports: frozenset[int]
 
 
 class Lab:
@@ -391,6 +400,28 @@ class Lab:
     def stop_services(self) -> None:
         """Stop the servers."""
         self._stop_kind({"service"})
+
+    def stop_node(self, node: str, kinds: tuple[str, ...] = ("service", "scheduler")) -> tuple[StoppedProcess, ...]:
+        """Stop the processes of ``kinds`` the lab runs on ``node`` (by their recorded pids), as if that node
+        failed; returns what :meth:`restart` needs to start them again."""
+        state = read_state(self.paths)
+        mine = [p for p in state.processes if p.node == node and p.kind in kinds and procs.is_alive(p.pid)]
+        stopped = tuple(StoppedProcess(p, frozenset(_listening(p.pid))) for p in mine)
+        _, left = procs.stop({p.pid for p in mine}, self._marker)
+        if left:
+            raise LabError(f"processes {sorted(left)} of lab {self.name} on {node} did not stop")
+        self._forget({p.pid for p in mine})
+        return stopped
+
+    def restart(self, stopped: tuple[StoppedProcess, ...], timeout: float = 30.0) -> tuple[int, ...]:
+        """Start again what :meth:`stop_node` stopped (same node, label, kind, command line), and wait until
+        each listens where it listened before; returns the new pids."""
+        pids = tuple(self._spawn(s.record.node, s.record.label, s.record.kind, list(s.record.argv)) for s in stopped)
+        wanted: dict[str, set[int]] = {}
+        for s in stopped:
+            wanted.setdefault(s.record.node, set()).update(s.ports)
+        self._wait_listening({n: p for n, p in wanted.items() if p}, timeout=timeout)
+        return pids
 
     def _wait_listening(self, wanted: dict[str, set[int]], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -716,4 +747,4 @@ def down_all(*, root: Path = DEFAULT_ROOT) -> tuple[DownReport, ...]:
     return tuple(down_lab(n, root=root) for n in list_lab_names(root))
 
 
-__all__ = ["Lab", "down_all", "down_lab"]
+__all__ = ["Lab", "StoppedProcess", "down_all", "down_lab"]

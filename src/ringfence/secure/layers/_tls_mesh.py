@@ -7,8 +7,10 @@ does two jobs, both driven by nftables rules the TLS driver installs in the node
   gate. It requires TLS 1.3 with a client certificate of the cluster CA, verifies it (expiry,
   revocation list, trust domain), reads the HTTP request line and decides by the *identity* in the
   certificate, never by address (rules: ``job:{job}`` = a rank identity of the job named in the
-  path, ``kind:user``, ``kind:node``, ``kind:job-rank``, ``id:<uri>``, ``any``). Allowed requests go
-  on to the service over loopback; denied ones get ``403`` with the reason.
+  path, ``kind:user``, ``kind:node``, ``kind:job-rank``, ``id:<uri>``, ``any``). An authorised
+  identity must then also arrive from an address the policy binds it to (``bindings``: the addresses
+  of the nodes that carry it), so a certificate and key copied to another node are refused there.
+  Allowed requests go on to the service over loopback; denied ones get ``403`` with the reason.
 * **outbound** — the node's plaintext clients' connections to protected services are redirected
   here; the sidecar finds the original destination (``SO_ORIGINAL_DST``), opens TLS 1.3 with the
   node's certificate and checks the server's identity. Its own sockets carry a firewall mark so they
@@ -151,6 +153,23 @@ def authorise(rules: tuple[Rule, ...], identity: pki.Identity, method: str, path
     return False, "no rule allows it"
 
 
+def bound_to(bindings: dict[str, frozenset[str]] | None, identity: pki.Identity, peer: str) -> tuple[bool, str]:
+    """Whether ``identity`` may be presented from address ``peer`` (``(True, "")`` without bindings).
+
+    Checked after the identity was authorised, so a refusal here says only this: the right identity
+    from the wrong place — a copied certificate and key. An identity the bindings do not know is refused.
+    """
+    if bindings is None:
+        return True, ""
+    allowed = bindings.get(identity.uri)
+    if allowed is None:
+        return False, f"address binding: {identity.uri} is bound to no node of the policy"
+    if peer not in allowed:
+        return False, (f"address binding: {identity.uri} is bound to {', '.join(sorted(allowed))}, "
+                       f"not {peer}")
+    return True, ""
+
+
 def read_request(sock: socket.socket) -> bytes:
     """The whole HTTP/1.x request: head plus a ``Content-Length`` body."""
     data = b""
@@ -204,6 +223,11 @@ class Mesh:
         self.material = Material(Path(config["cert_dir"]), Path(config["revoked"]))
         self.events = Events(Path(config["events"]))
         self.peers: dict[str, str] = dict(config.get("peers", {}))  # "ip:port" -> expected server identity
+        raw = config.get("bindings")
+        # identity -> addresses it may come from (None: a config from before bindings; identity alone decides)
+        self.bindings: dict[str, frozenset[str]] | None = (
+            {str(k): frozenset(str(a) for a in v) for k, v in raw.items()} if isinstance(raw, dict) else None
+        )
         self.gates = [
             (
                 int(g["listen"]),
@@ -276,6 +300,9 @@ class Mesh:
                 method, path = (line.split(" ") + ["", ""])[:2]
                 ev.update(method=method, path=path)
                 ok, why = authorise(rules, ident, method, path)
+                if ok:
+                    ok, bound = bound_to(self.bindings, ident, addr[0])
+                    why = bound or why
                 if not ok:
                     _reply(tls, 403, "Forbidden", f"{ident.uri} may not {method} {path}: {why}")
                     self.events.write(**ev, result="denied", reason=why)
@@ -362,6 +389,8 @@ def probe(args: argparse.Namespace) -> int:
     try:
         raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, args.mark)
+        raw.bind(("0.0.0.0", 0))
+        out["sport"] = raw.getsockname()[1]  # so a drop counter can be matched to exactly this connection
         raw.settimeout(args.timeout)
         raw.connect((host, int(port)))
         with mat.client.wrap_socket(raw, server_hostname=None) as tls:

@@ -68,6 +68,21 @@ def identity_of(policy: Policy, node: str) -> str:
     return f"spiffe://{policy.cluster}/node/{node}"
 
 
+def bindings(policy: Policy) -> dict[str, list[str]]:
+    """Identity → the source addresses it may be presented from: the addresses of the nodes that carry it.
+
+    A workload certificate proves who holds the key, not where it is used: a copied certificate and key
+    are the same identity anywhere. The gates therefore also check that an identity arrives from an
+    address of a node the policy gives it (a rank's identity from its rank's node) — what the policy
+    binds to beyond the certificate.
+    """
+    out: dict[str, list[str]] = {}
+    for node in policy.nodes:
+        addrs = out.setdefault(identity_of(policy, node.name), [])
+        addrs += [a for a in node.addresses if a not in addrs]
+    return out
+
+
 def rules_for(service: str, policy: Policy) -> list[dict[str, str]]:
     storage = identity_of(policy, "storage")
     return [
@@ -95,6 +110,7 @@ __all__ = [
     "OUTBOUND_PORT",
     "SCOPE",
     "TABLE",
+    "bindings",
     "gate_port",
     "identity_of",
     "rules_for",

@@ -10,11 +10,13 @@ SPIFFE identity per workload:
 * the user node holds the policy's user identity (``spiffe://lab/user/alice``);
 * every other node holds its node identity (``spiffe://<cluster>/node/<name>``).
 
-The inbound gate decides by that identity, never by address (:data:`LAB_RULES`): the object store
-serves ``/datasets/<job>/…`` and accepts ``/checkpoints/<job>/…`` only from ranks of ``<job>``; the
-job API accepts ``POST /jobs`` only from user identities; the replica sink accepts replicas only
-from the storage node. Certificates rotate in place (:func:`rotate_tls`): the sidecars pick the
-new files up on their next connection, and the old certificates are revoked at once.
+The inbound gate decides by that identity (:data:`LAB_RULES`), then checks that it arrives from an
+address the policy binds it to (:func:`~ringfence.secure.layers.tls.bindings`: a copied key used on
+another node is refused). The object store serves ``/datasets/<job>/…`` and accepts
+``/checkpoints/<job>/…`` only from ranks of ``<job>``; the job API accepts ``POST /jobs`` only from
+user identities; the replica sink accepts replicas only from the storage node. Certificates rotate in
+place (:func:`rotate_tls`): the sidecars pick the new files up on their next connection, and the old
+certificates are revoked at once.
 
 How it runs is the site's business: the CA lives with the controller, every file a sidecar reads
 (its config, certificate, key, the revocation list) is written to its host through the host's
@@ -47,6 +49,7 @@ from ringfence.secure.layers.tls import (
     OUTBOUND_PORT,
     SCOPE,
     TABLE,
+    bindings,
     gate_port,
     identity_of,
     rules_for,
@@ -223,6 +226,8 @@ def _start_sidecar(
         ],
         "outbound": OUTBOUND_PORT if item.client_of else None,
         "peers": {f"{addr[servers[s]]}:{ports[s]}": identity_of(policy, servers[s]) for s in item.client_of},
+        # identity → the addresses it may come from: a copied certificate used elsewhere is refused
+        "bindings": bindings(policy) if item.serves else None,
     }
     path = conf_dir / f"{item.node}.json"
     rt.put(item.node, str(path), json.dumps(config, indent=1).encode())

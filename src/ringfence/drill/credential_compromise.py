@@ -1,0 +1,443 @@
+"""The credential-compromise drill: a job rank's workload certificate and key are copied to ``aux``, which
+uses them against storage and the job API; then the credential is revoked and reissued.
+
+What is "the job's" credential: the TLS layer issues one SPIFFE identity per job rank
+(``spiffe://<cluster>/job/<job>/rank/<n>``, :func:`ringfence.secure.layers.tls.identity_of`) and pushes
+its certificate and key to that rank's node. The drill copies the victim rank's three files
+(certificate, key, CA) off the victim's host and onto the attacker's, both through the site's
+executors — what an intruder with a shell on the victim would do.
+
+Played, in order (each step recorded in the evidence store):
+
+1. *attack* — from the attacker, one request per protected service the stolen identity is entitled
+   to (``GET /datasets/<job>/…`` on storage, ``POST /report`` on the job API), TLS with the stolen
+   credential. What may stop it: the fabric (no approved path from the attacker: the drop counter of
+   exactly that source, destination and port moves, polled while the request runs) or the service's
+   TLS gate (the identity is not bound to the attacker's address: ``403`` and a gate event naming the
+   identity and the address it came from). An answer from the service itself means it got through.
+2. *control* — the same copy from the victim's own address must be accepted: the credential is good,
+   so a refusal from the attacker was the binding's or the fabric's, and a refusal after step 3 is
+   the revocation's.
+3. *revoke and reissue* — the victim's certificate is reissued with a new key and the old one
+   revoked (:func:`ringfence.secure.layers.tls_run.rotate_tls`); the revocation list goes to every
+   sidecar. Then the copy, replayed from the victim's address (where nothing but revocation can
+   refuse it), must be refused by every gate, each refusal read from that gate's own event log;
+   the time from the revocation to the last refusal is the revocation's latency.
+4. *recovery* — the victim's job keeps training: its ranks step and read shards again, the victim's
+   sidecar on the reissued certificate (a gate event with the new fingerprint).
+
+Throughout, another job (the bystander) is measured. Not covered (said in the report's notes): the
+collective transport (:mod:`ringfence.secure.transport`) reads the same revocation list at its next
+handshake, but the drill does not force one; a service the victim's node has no approved path to is
+not probed (the fabric, not the revocation, would refuse it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ringfence.drill import _site
+from ringfence.drill.bystander import watch_bystander
+from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
+from ringfence.enforce.apply import FABRIC
+from ringfence.enforce.probe_matrix import DeniedKey, denied_counters
+from ringfence.evidence import RecordKind
+from ringfence.policy import Policy
+from ringfence.secure import pki
+from ringfence.secure.layers import tls_run
+from ringfence.secure.layers.interface import LayerError
+from ringfence.secure.layers.runtime import Runtime, StateStore
+from ringfence.targets import ops
+from ringfence.targets.interface import Executor, Site
+
+SOURCE = "ringfence.drill.credential-compromise"
+NAME = "credential-compromise"
+#: the privileged request a job rank's identity may make on each lab service (what a thief wants it for)
+RANK_REQUESTS: Mapping[str, tuple[str, str]] = {
+    "storage-http": ("GET", "/datasets/{job}/shard-0"),
+    "mgmt-api": ("POST", "/report"),
+}
+#: seconds one TLS request may wait for an answer (a dropped path is told by its counter, not the wait)
+REQUEST_TIMEOUT = 2.0
+_CRED = ("ca.pem", "cert.pem", "key.pem")
+#: appends one record of the drill to the store and returns its id
+_Rec = Callable[[RecordKind, str, dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request made with the stolen credential: the service, where it runs, and what is asked."""
+
+    service: str
+    node: str
+    address: str
+    port: int
+    method: str
+    path: str
+    body: str = ""
+
+    @property
+    def url(self) -> str:
+        """``https://10.77.2.10:8080/datasets/train-b/shard-0``."""
+        return f"https://{self.address}:{self.port}{self.path}"
+
+
+def choose_victim(policy: Policy, attacker: str, victim: str | None = None) -> tuple[str, str]:
+    """(victim node, its job): the given rank, or rank 0 of the last job the attacker is not in — so the
+    first job stays a bystander. :class:`DrillError` when there is none."""
+    for job in reversed(policy.jobs):
+        if attacker in job.members:
+            continue
+        if victim is None or victim in job.members:
+            return (victim or job.members[0]), job.name
+    raise DrillError(f"no job rank {'named ' + victim if victim else ''} apart from {attacker} to steal from",
+                     hint="a lab with two jobs: ringfence lab up --workers 4 --jobs 2")
+
+
+def attack_plan(policy: Policy, services: Sequence[str], job: str, rank: int) -> tuple[list[Request], list[str]]:
+    """The requests the stolen rank identity is entitled to on the TLS-protected ``services``, and what is
+    skipped (a service the drill knows no privileged request for)."""
+    out: list[Request] = []
+    skipped: list[str] = []
+    for name in services:
+        svc = next((s for s in policy.services if s.name == name), None)
+        if svc is None or name not in RANK_REQUESTS:
+            skipped.append(f"service {name}: no request a job rank is entitled to there, so it is not attacked")
+            continue
+        method, path = RANK_REQUESTS[name]
+        body = json.dumps({"job": job, "rank": rank, "step": 0, "note": "forged by the credential drill"}) \
+            if method == "POST" else ""
+        out.append(Request(name, svc.node, _site.address(policy, svc.node), svc.port_range[0], method,
+                           path.format(job=job), body))
+    return out, skipped
+
+
+def _gate_said_no(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]]) -> bool:
+    """The answer is the TLS gate's refusal, not the service's: the gate logged a denial or refusal of this
+    credential, or its reply says so (the reply's body comes back truncated, so the log decides first)."""
+    return (any(e.get("result") in ("denied", "refused") for e in gate)
+            or '"by": "ringfence-tls"' in str(res.get("body", "")))
+
+
+def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Sequence[Mapping[str, Any]],
+                 req: Request) -> tuple[bool | None, str]:
+    """(got_through, what stopped it or what got through) for one request with the stolen credential.
+
+    ``dropped``: drop counters that moved for this source → the service (point → packets); ``gate``: the
+    service's TLS gate events for this credential from this source.
+    """
+    where = f"{req.service} on {req.node}"
+    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
+        return True, f"{where} answered {res.get('status')}: the stolen credential was accepted"
+    if res.get("outcome") == "response":
+        reason = next((str(e.get("reason")) for e in gate if e.get("result") in ("denied", "refused")), "")
+        return False, f"the TLS gate of {req.node} answered {res.get('status')}: {reason or res.get('body', '')}"
+    if dropped:
+        return False, "dropped by policy: " + ", ".join(f"denied@{w} +{n}" for w, n in sorted(dropped.items()))
+    refusal = next((e for e in gate if e.get("result") == "refused"), None)
+    if refusal is not None:
+        return False, f"the TLS gate of {req.node} refused it: {refusal.get('reason')}"
+    return None, (f"{res.get('outcome')}: {res.get('error', '')} — no drop counter moved and no gate logged it, "
+                  "so what stopped it is not known")
+
+
+def judge_revoked(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]], req: Request) -> tuple[bool | None, str]:
+    """(got_through, why) for the revoked copy replayed from its bound address: refused only counts when the
+    service's gate says the certificate is revoked."""
+    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
+        return True, f"{req.service} on {req.node} still accepted the revoked credential ({res.get('status')})"
+    revoked = next((e for e in gate if e.get("result") == "refused" and "revoked" in str(e.get("reason", ""))), None)
+    if revoked is not None:
+        return False, f"the TLS gate of {req.node} refused it: {revoked.get('reason')}"
+    return None, f"{res.get('outcome')}: no gate said the certificate is revoked ({res.get('error', '')})"
+
+
+def _iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class _Shot:
+    """One request made and what was seen of it."""
+
+    res: dict[str, Any]
+    t0: float
+    dropped: dict[str, int]
+    dropped_at: float | None
+    gate: list[dict[str, Any]]
+
+
+def _request(site: Site, node: str, cred: Path, req: Request, watch: Mapping[str, Executor], saddr: str,
+             fingerprint: str) -> _Shot:
+    """Make ``req`` from ``node`` with ``cred``; meanwhile read the drop counters of ``watch`` every 0.2 s
+    (the detection: the first read where this very connection's counter moved), then read the service's
+    gate events for this credential from ``saddr``."""
+    before = denied_counters(watch)
+    t0 = time.time()
+    reads: list[tuple[float, dict[str, dict[DeniedKey, int]]]] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        fut = pool.submit(tls_run.probe_request, site, node, cred, req.url, method=req.method, body=req.body,
+                          timeout=REQUEST_TIMEOUT)
+        while watch:
+            done = fut.done()
+            reads.append((time.time(), denied_counters(watch)))
+            if done:
+                break
+            time.sleep(0.2)
+        try:
+            res = fut.result()
+        except LayerError as exc:
+            res = {"outcome": "error", "error": exc.message}
+    sport = res.get("sport") if isinstance(res.get("sport"), int) else None
+    dropped: dict[str, int] = {}
+    dropped_at: float | None = None
+    for t, counters in reads:
+        dropped = _site.moved(before, counters, saddr=saddr, daddr=req.address, dport=req.port, sport=sport)
+        if dropped and dropped_at is None:
+            dropped_at = t
+    gate = [e for e in tls_run.read_events(site, since=t0)
+            if e.get("dir") == "in" and e.get("node") == req.node and e.get("peer") == saddr
+            and e.get("peer_fingerprint") == fingerprint]
+    return _Shot(res, t0, dropped, dropped_at, gate)
+
+
+def _detection(shot: _Shot, actor: str) -> tuple[bool, str, float | None]:
+    if shot.dropped_at is not None:
+        return (True, f"drop counters for {actor}'s connection: "
+                + ", ".join(f"denied@{w} +{n}" for w, n in sorted(shot.dropped.items())),
+                round(shot.dropped_at - shot.t0, 3))
+    if shot.gate:
+        e = shot.gate[0]
+        return (True, f"TLS gate of {e.get('node')} logged {e.get('peer_identity')} presented from {actor} "
+                      f"({e.get('peer')}): {e.get('result')}", round(float(e.get("t", shot.t0)) - shot.t0, 3))
+    return False, f"no drop counter and no gate event attributed it to {actor}", None
+
+
+class CredentialCompromise:
+    """The scenario (see the module docstring)."""
+
+    name = NAME
+    summary = "a job rank's certificate and key copied to aux and used there; revoked, reissued, refused everywhere"
+
+    def run(self, ctx: DrillContext) -> DrillReport:
+        """Play it on ``ctx``'s cluster; TLS (``encrypt enable --layer tls``) must be on."""
+        started = _iso()
+        policy, site = ctx.policy, ctx.cluster.site()
+        attacker = str(ctx.options.get("attacker", "aux"))
+        victim, job = choose_victim(policy, attacker, ctx.options.get("victim"))
+        state = StateStore(site.name)
+        tls = state.read().info.get("tls")
+        if not tls or victim not in tls.get("nodes", {}):
+            raise DrillError(f"TLS is not enabled on {site.kind} site {site.name} (no workload certificate of "
+                             f"{victim} to steal)", hint="ringfence encrypt enable --layer tls --classes "
+                             "storage,management,replication")
+        pdir = Path(tls["pki"])
+        identity = str(tls["nodes"][victim]["identity"])
+        spec = policy.job(job)
+        if spec is None:
+            raise DrillError(f"policy {policy.cluster} has no job {job!r}")
+        rank = spec.members.index(victim)
+        plan, notes = attack_plan(policy, tls.get("services", []), job, rank)
+        if not plan:
+            raise DrillError(f"no service protected by TLS on {site.name} that a job rank is entitled to")
+        pts = _site.points(ctx)
+        evidence: list[str] = []
+
+        def rec(kind: RecordKind, subject: str, data: dict[str, Any]) -> str:
+            ev = str(ctx.store.append(kind, SOURCE, subject, {"target": ctx.target, **data}))
+            evidence.append(ev)
+            return ev
+
+        a_addr, v_addr = _site.address(policy, attacker), _site.address(policy, victim)
+        stolen = ctx.workdir / "stolen"
+        stolen.mkdir(mode=0o700, exist_ok=True)
+        attempts: list[Attempt] = []
+        with watch_bystander(ctx.cluster, policy, [attacker, victim]) as watch:
+            # 0. the theft: the three files off the victim's host, onto the attacker's, through the executors
+            for name in _CRED:
+                site.executor(victim).copy_from(str(pdir / "nodes" / victim / name), stolen / name)
+            tls_run.push_credential(Runtime(site, state), attacker, stolen)
+            fp = pki.show(stolen).fingerprint
+            rec(RecordKind.ACTION, f"node {attacker}", {
+                "step": "credential-copied", "identity": identity, "fingerprint": fp, "from": victim,
+                "to": attacker, "path": str(stolen)})
+            ctx.progress(f"{identity} ({fp[:16]}…) copied from {victim} to {attacker}")
+            try:
+                t_attack = time.time()
+                made = self._attack(ctx, site, pts, plan, attacker, a_addr, stolen, identity, fp, rec)
+                attempts += [a for a, _ in made]
+                t_seen = min((t for _, t in made if t is not None), default=None)
+                control = self._control(ctx, site, plan, victim, v_addr, stolen, fp, rec)
+                if not all(control.values()):
+                    # the copy was not accepted even where it is bound: a refusal at the gate proved nothing
+                    bad = ", ".join(s for s, ok in control.items() if not ok)
+                    notes.append(f"the copy was not accepted from {victim}'s own address by {bad}: refusals of "
+                                 "it there prove nothing")
+                    attempts = [_unproven(a) if a.got_through is False and "TLS gate" in a.stopped_by else a
+                                for a in attempts]
+                t_rev = time.time()
+                ctx.progress(f"revoking {fp[:16]}… and reissuing {victim}'s credential")
+                rotated = tls_run.rotate_tls(site, policy, evidence=ctx.store, nodes=[victim])
+                new_fp = rotated[0].new_fingerprint
+                if rotated[0].old_fingerprint != fp:  # the copy is not the credential rotated: revoke it too
+                    pki.revoke(pdir, stolen / "cert.pem")
+                    tls_run.publish_revocations(Runtime(site, state), tls["nodes"])
+                rec(RecordKind.ACTION, identity, {"step": "revoked", "fingerprint": fp, "reissued": new_fp,
+                                                  "published_to": sorted(tls["nodes"])})
+                shutil.rmtree(state.directory / "retired" / victim, ignore_errors=True)  # the old key: gone
+                replay, last = self._replay(ctx, site, plan, victim, v_addr, stolen, fp, t_rev, rec,
+                                            all(control.values()))
+                attempts += replay
+                resumed, how = self._resumed(ctx, site, policy, job, victim, new_fp, t_rev, rec)
+            finally:
+                for node in (attacker, victim):  # the copies made by the drill, wherever they are
+                    ops.remove_tree(site.executor(node), str(stolen))
+        refused = replay
+        revoked_ok: bool | None
+        if any(a.got_through is True for a in refused):
+            revoked_ok = False
+        elif refused and all(a.got_through is False for a in refused):
+            revoked_ok = True
+        else:
+            revoked_ok = None
+        contained = False if (revoked_ok is False or resumed is False) else (
+            True if revoked_ok and resumed else None)
+        notes.append("collective transport peers (ringfence transport) read the same revocation list at their next "
+                     "handshake; this drill does not force one, so they are not proven here")
+        first = round(t_seen - t_attack, 3) if t_seen is not None else None  # first attack → first detection
+        seconds = round(last - t_rev, 3) if last is not None else None
+        within = f" within {seconds:g}s of the revocation" if seconds is not None else ""
+        return DrillReport(
+            scenario=NAME, target=ctx.target, started=started, finished=_iso(), attempts=tuple(attempts),
+            bystander=watch.result(), contained=contained,
+            containment=(f"{identity} ({fp}) revoked and reissued ({new_fp}); the copy refused by "
+                         f"{sum(1 for a in refused if a.got_through is False)}/{len(refused)} gate(s){within}; {how}"),
+            detection_seconds=first, containment_seconds=seconds, notes=tuple(notes), evidence=tuple(evidence),
+            store=str(ctx.store.path))
+
+    @staticmethod
+    def _attack(ctx: DrillContext, site: Site, pts: Mapping[str, Executor], plan: Sequence[Request],
+                attacker: str, a_addr: str, stolen: Path, identity: str, fp: str,
+                rec: _Rec) -> list[tuple[Attempt, float | None]]:
+        """Each request from the attacker with the stolen credential, and when it was first detected."""
+        out = []
+        for req in plan:
+            watch = {p: pts[p] for p in (FABRIC, attacker, req.node) if p in pts}
+            shot = _request(site, attacker, stolen, req, watch, a_addr, fp)
+            through, why = judge_attack(shot.res, shot.dropped, shot.gate, req)
+            detected, how, secs = _detection(shot, attacker)
+            ev = rec(RecordKind.OBSERVATION, f"node {attacker}", {
+                "step": f"stolen-cert-{req.service}", "request": f"{req.method} {req.url}", "identity": identity,
+                "result": shot.res, "dropped": shot.dropped, "gate": shot.gate, "got_through": through})
+            ctx.progress(f"{attacker} → {req.service} with {identity}: {why}")
+            out.append((Attempt(
+                f"stolen-cert-{req.service}", attacker, _site.named(ctx.policy, req.node, req.port),
+                f"{req.method} {req.path} over TLS as {identity}, with its certificate and key copied to {attacker}",
+                through, why, detected, how, secs, evidence=(ev,)), shot.t0 + secs if secs is not None else None))
+        return out
+
+    @staticmethod
+    def _control(ctx: DrillContext, site: Site, plan: Sequence[Request], victim: str,
+                 v_addr: str, stolen: Path, fp: str,
+                 rec: _Rec) -> dict[str, bool]:
+        """The copy, from the victim's own address, before revocation: each service must accept it."""
+        out = {}
+        for req in plan:
+            shot = _request(site, victim, stolen, req, {}, v_addr, fp)
+            status = shot.res.get("status")
+            out[req.service] = (shot.res.get("outcome") == "response" and isinstance(status, int)
+                                and 200 <= status < 300 and not _gate_said_no(shot.res, shot.gate))
+            rec(RecordKind.OBSERVATION, f"node {victim}", {
+                "step": f"control-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
+                "accepted": out[req.service]})
+        return out
+
+    @staticmethod
+    def _replay(ctx: DrillContext, site: Site, plan: Sequence[Request], victim: str,
+                v_addr: str, stolen: Path, fp: str, t_rev: float,
+                rec: _Rec, control: bool) -> tuple[list[Attempt], float | None]:
+        """The revoked copy from the victim's address, again until every gate refuses it (or the wait ends)."""
+        out: list[Attempt] = []
+        last: float | None = None
+        for req in plan:
+            deadline = time.monotonic() + ctx.timeout
+            while True:
+                shot = _request(site, victim, stolen, req, {}, v_addr, fp)
+                through, why = judge_revoked(shot.res, shot.gate, req)
+                if through is not True or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+            if not control and through is False:
+                through, why = None, f"{why} — but the copy was not accepted before revocation either"
+            refusal = next((e for e in shot.gate if e.get("result") == "refused"), None)
+            at = float(refusal["t"]) if refusal is not None and through is False else None
+            if at is not None:
+                last = max(last or at, at)
+            ev = rec(RecordKind.OBSERVATION, f"node {victim}", {
+                "step": f"revoked-cert-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
+                "gate": shot.gate, "got_through": through})
+            ctx.progress(f"revoked copy → {req.service}: {why}")
+            out.append(Attempt(
+                f"revoked-cert-{req.service}", victim, _site.named(ctx.policy, req.node, req.port),
+                f"the revoked copy replayed from {victim}'s own address (where only revocation can refuse it)",
+                through, why, refusal is not None, f"TLS gate of {req.node}: {refusal.get('reason')}"
+                if refusal is not None else "no gate event", round(at - t_rev, 3) if at is not None else None,
+                evidence=(ev,)))
+        return out, last
+
+    @staticmethod
+    def _resumed(ctx: DrillContext, site: Site, policy: Policy, job: str, victim: str, new_fp: str, t_rev: float,
+                 rec: _Rec) -> tuple[bool | None, str]:
+        """Whether the victim's job kept training on the reissued credential (steps and shard reads move on,
+        and the victim's sidecar is seen using the new certificate)."""
+        spec = policy.job(job)
+        members = list(spec.members) if spec is not None else []
+
+        def counters() -> dict[str, Mapping[str, Any]]:
+            st = ctx.cluster.agent_status()
+            return {m: st[f"{m}-worker"].get("counters", {}) for m in members if f"{m}-worker" in st}
+
+        before = counters()
+        deadline = time.monotonic() + ctx.timeout
+        now, on_new = before, False
+        while time.monotonic() < deadline:
+            now = counters()
+            on_new = any(e.get("dir") == "out" and e.get("node") == victim and e.get("own_fingerprint") == new_fp
+                         and e.get("result") == "allowed" for e in tls_run.read_events(site, since=t_rev))
+            moved = all(m in now and m in before and
+                        int(now[m].get("steps", 0)) - int(before[m].get("steps", 0)) >= 2 for m in members)
+            read = int(now.get(victim, {}).get("shards_read", 0)) > int(before.get(victim, {}).get("shards_read", 0))
+            if moved and read and on_new:
+                break
+            time.sleep(0.5)
+        unseen = [m for m in members if m not in now or m not in before]
+        steps = {m: int(now[m].get("steps", 0)) - int(before[m].get("steps", 0)) for m in members if m not in unseen}
+        shards = (int(now.get(victim, {}).get("shards_read", 0)) - int(before.get(victim, {}).get("shards_read", 0))
+                  if victim not in unseen else None)
+        ok: bool | None = None if unseen else (all(s >= 2 for s in steps.values()) and bool(shards) and on_new)
+        how = (f"job {job} progress unreadable at {', '.join(unseen)}" if unseen else
+               f"job {job} {'kept' if ok else 'did NOT keep'} training on the reissued credential: steps "
+               f"{steps}, {victim} read {shards} shard(s){', its sidecar on the new certificate' if on_new else ''}")
+        rec(RecordKind.OBSERVATION, f"job {job}", {"step": "recovery", "steps": steps, "shards_read": shards,
+                                                  "new_fingerprint": new_fp, "on_new_certificate": on_new, "ok": ok})
+        return ok, how
+
+
+def _unproven(a: Attempt) -> Attempt:
+    return Attempt(a.step, a.actor, a.target, a.description, None,
+                   f"{a.stopped_by} — but the copy was not accepted from its own address either",
+                   a.detected, a.detection, a.seconds_to_detect, a.bytes_out, a.evidence)
+
+
+SCENARIO = CredentialCompromise()
+
+__all__ = ["NAME", "RANK_REQUESTS", "SCENARIO", "CredentialCompromise", "Request", "attack_plan", "choose_victim",
+           "judge_attack", "judge_revoked"]
