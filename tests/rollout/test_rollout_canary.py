@@ -55,6 +55,10 @@ def test_slowed_canary_fails_and_fleet_is_refused(tmp_path: Path) -> None:
     for n in (1, 2, 3):
         assert ro.advance(tools, n).status is StepStatus.DONE
     rec = ro.advance(tools, 4)
+    for _ in range(2):  # a load move on a shared machine makes the gate unsure: rerun it, as it says
+        if rec.status is not StepStatus.INCONCLUSIVE:
+            break
+        rec = ro.advance(tools, 4)
     assert rec.status is StepStatus.FAILED, rec.detail
     assert "busbw loss" in rec.detail and "exceeds the 5 % budget" in rec.detail
     with pytest.raises(RolloutRefused, match="step 4 failed"):

@@ -154,6 +154,10 @@ def test_wireguard_canary_fails_the_gate_and_is_rolled_back(bed: Bed, capsys: py
 
     t0 = time.monotonic()
     rec = ro.advance(tools, 4)
+    for _ in range(2):  # a load move on a shared machine makes the gate unsure: rerun it, as it says
+        if rec.status is not StepStatus.INCONCLUSIVE:
+            break
+        rec = ro.advance(tools, 4)
     candidate = _kept(ro, "candidate")
     baseline = load_run(ro.path.with_name("ro.paired-baseline.json"))  # interleaved with the candidate
     _figures(f"wireguard canary (step 4, {time.monotonic() - t0:.1f} s)", ro, bed.evidence)
