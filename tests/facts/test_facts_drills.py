@@ -116,3 +116,25 @@ def test_assess_takes_drill_reports_and_refuses_a_forged_one(tmp_path: Path) -> 
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     subjects = [f["subject"] for c in report["controls"] if c["id"] == "containment" for f in c["findings"]]
     assert "incident drill exfiltration" in subjects
+
+
+def test_an_attack_that_got_through_fails_the_control_it_tested() -> None:
+    from ringfence.controls import egress, storage_flows, training_traffic
+
+    out = drill("exfiltration", through=True)
+    found = [f for f in egress.evaluate(POLICY, Facts(now=NOW, drills=(out,))) if f.subject.startswith("worker-0")]
+    assert [f.verdict for f in found] == [Verdict.FAIL]
+    assert "4096 bytes got out" in found[0].message and "external (10.77.9.10:9000)" in found[0].subject
+    # a step names the control it tests: the dataset read fails storage_flows, not training_traffic
+    read = drill("malicious-job", through=True)
+    read["attempts"][0]["control"] = "storage_flows"
+    facts = Facts(now=NOW, drills=(read,))
+    assert any(f.verdict is Verdict.FAIL and "incident drill" in f.message
+               for f in storage_flows.evaluate(POLICY, facts))
+    assert not any("incident drill" in f.message for f in training_traffic.evaluate(POLICY, facts))
+    # stopped, or superseded by a newer drill that stopped it: nothing added
+    stopped = Facts(now=NOW, drills=(drill("exfiltration"),))
+    assert not any("incident drill" in f.message for f in egress.evaluate(POLICY, stopped))
+    newer = Facts(now=NOW, drills=(drill("exfiltration", through=True, finished=NOW - timedelta(hours=5)),
+                                   drill("exfiltration")))
+    assert not any("incident drill" in f.message for f in egress.evaluate(POLICY, newer))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
+from ringfence.controls._drills import drill_failures
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
@@ -17,7 +18,7 @@ meta = ControlMeta(
     "(jump host), never from workloads or user networks.",
     acceptance="Permitted: the jump host reaches sshd. Denied: a workload (e.g. the auxiliary pod) "
     "connecting to sshd times out or is reset by policy.",
-    facts=("flows", "probes"),
+    facts=("flows", "probes", "drills"),
     remediation={
         "nftables": "on the admin node: accept tcp dport 22 only from the jump host's address set, drop the rest",
         "networkpolicy": "ingress to the admin pods only from the jump host's namespace/pod selector",
@@ -44,4 +45,4 @@ def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
             return f"administrative access to {service} from a workload: {source} — not an approved path"
         return f"administrative access to {service} from {source} is not an approved path"
 
-    return judge_paths(meta, policy, facts, "administrative services", message)
+    return judge_paths(meta, policy, facts, "administrative services", message) + drill_failures(meta, facts)

@@ -8,10 +8,10 @@ and ``Facts.drills`` (``ringfence drill run SCENARIO -o``) when the policy lists
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping
 
 from ringfence.controls._common import remediation_text, unknown
+from ringfence.controls._drills import finished_at, newest_reports
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
 from ringfence.controls.requirements import max_age
 from ringfence.policy import Policy
@@ -116,24 +116,11 @@ def _judge(known: set[str], d: Mapping[str, object]) -> list[Finding]:
     return out
 
 
-def _when(text: object) -> datetime | None:
-    try:
-        t = datetime.fromisoformat(str(text))
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else None
-
-
 def _incidents(policy: Policy, facts: Facts) -> list[Finding]:
     """The newest drill of each scenario: the policy's scenarios must each have passed recently; a failed
     drill of any scenario is a failure (it names what got through)."""
-    reports: Sequence[Mapping[str, object]] = [d for d in facts.drills or () if isinstance(d, Mapping)]
-    newest: dict[str, tuple[datetime, Mapping[str, object]]] = {}
-    for d in reports:
-        at = _when(d.get("finished"))
-        name = str(d.get("scenario", "?"))
-        if at is not None and (name not in newest or at > newest[name][0]):
-            newest[name] = (at, d)
+    newest = {name: (at, d) for name, d in newest_reports(facts).items()
+              if (at := finished_at(d)) is not None}
     every = policy.incident_drills.every
     limit = max_age(policy, "drills")
     out: list[Finding] = []

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
+from ringfence.controls._drills import drill_failures
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
@@ -17,7 +18,7 @@ meta = ControlMeta(
     "workloads cannot reach external or unknown destinations.",
     acceptance="Permitted: storage replicates a checkpoint to the external replica. Denied: a workload "
     "connecting to an external address times out or is reset by policy.",
-    facts=("flows", "probes"),
+    facts=("flows", "probes", "drills"),
     remediation={
         "nftables": "default-drop egress; accept only approved destination sets and ports, log the rest",
         "networkpolicy": "egress policies per namespace: only the approved external CIDRs and ports",
@@ -41,5 +42,7 @@ def _message(row: Mapping[str, Any]) -> str:
 
 
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
-    """Unapproved traffic to external zones or unknown addresses fails; approved egress passes."""
-    return judge_paths(meta, policy, facts, "destinations outside the trust boundary", _message)
+    """Unapproved traffic to external zones or unknown addresses fails; approved egress passes; an
+    exfiltration drill that got data out fails, naming the node."""
+    found = judge_paths(meta, policy, facts, "destinations outside the trust boundary", _message)
+    return found + drill_failures(meta, facts)

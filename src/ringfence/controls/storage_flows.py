@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
+from ringfence.controls._drills import drill_failures
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
@@ -17,7 +18,7 @@ meta = ControlMeta(
     "their checkpoints.",
     acceptance="Permitted: a training rank reads a dataset shard from storage. Denied: a non-member "
     "(e.g. the auxiliary pod) reading datasets times out or is reset by policy.",
-    facts=("flows", "probes"),
+    facts=("flows", "probes", "drills"),
     remediation={
         "nftables": "on the storage node: accept the storage port only from the approved jobs' address sets",
         "networkpolicy": "ingress to storage pods only from pods labelled with the approved job",
@@ -39,4 +40,4 @@ def _message(row: Mapping[str, Any]) -> str:
 
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Unapproved access to storage services fails; approved dataset/checkpoint flows pass."""
-    return judge_paths(meta, policy, facts, "storage services", _message)
+    return judge_paths(meta, policy, facts, "storage services", _message) + drill_failures(meta, facts)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringfence.controls._common import who
+from ringfence.controls._drills import drill_failures
 from ringfence.controls._fabric import partition_findings, rdma_findings
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
@@ -18,7 +19,7 @@ meta = ControlMeta(
     "job's collective ports; no cross-job or outsider traffic reaches ranks.",
     acceptance="Permitted: ranks of a job exchange gradients (all-reduce completes). Denied: a "
     "non-member or another job's rank connecting to a rank's collective port times out or is reset by policy.",
-    facts=("flows", "probes"),
+    facts=("flows", "probes", "drills"),
     remediation={
         "nftables": "on each rank: accept the collective port range only from the job's member address set",
         "networkpolicy": "ingress to rank pods only from pods of the same job (job label selector)",
@@ -48,4 +49,4 @@ def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Cross-job and outsider traffic on collective ports fails; approved collectives pass; a job's collective
     flows outside its declared partition, and RDMA key-hygiene findings of the captures, fail."""
     found = judge_paths(meta, policy, facts, "job collective ports", _message)
-    return found + partition_findings(meta, policy, facts) + rdma_findings(meta, facts)
+    return found + partition_findings(meta, policy, facts) + rdma_findings(meta, facts) + drill_failures(meta, facts)

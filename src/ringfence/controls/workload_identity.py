@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from ringfence.controls._common import LIST_CAP, failing, flow_keys, flow_subject, parse_time, remediation_text, unknown
+from ringfence.controls._drills import drill_failures
 from ringfence.controls._flows import routed_flows
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
 from ringfence.policy import Policy, Trust
@@ -33,7 +34,7 @@ meta = ControlMeta(
     "seen on the wire match the inventory; workloads hold valid certificates for them.",
     acceptance="Permitted: a rank presenting its job identity is accepted by its peer. Denied: a workload "
     "presenting another workload's identity (or none) is flagged and refused by mTLS.",
-    facts=("flows", "keys", "attestation"),
+    facts=("flows", "keys", "attestation", "drills"),
     requirements=(
         Requirement(ON_WIRE, Side.PERMITTED, "identities presented on the wire match the inventory", ("flows",),
                     "ringfence assess POLICY --captures hubble.json"),
@@ -216,4 +217,4 @@ def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     valid certificate; refused credentials must be refused; without identity-bearing facts the verdict is
     ``unknown``."""
     return (_judge_flows(policy, facts) + _judge_certificates(policy, facts) + _judge_credentials(facts)
-            + _judge_attestation(facts))
+            + _judge_attestation(facts) + drill_failures(meta, facts))

@@ -57,6 +57,9 @@ class Attempt:
     seconds_to_detect: float | None = None
     bytes_out: int | None = None  # bytes of the attack's payload seen leaving (an independent capture)
     evidence: tuple[str, ...] = ()
+    # the control point this attempt tests ("egress", "storage_flows"): an attempt that got through is a failure
+    # of that control too; empty: the scenario's own (ringfence.controls._drills.SCENARIO_CONTROL)
+    control: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The attempt as JSON."""
@@ -64,7 +67,7 @@ class Attempt:
             "step": self.step, "actor": self.actor, "target": self.target, "description": self.description,
             "got_through": self.got_through, "stopped_by": self.stopped_by, "detected": self.detected,
             "detection": self.detection, "seconds_to_detect": self.seconds_to_detect, "bytes_out": self.bytes_out,
-            "evidence": list(self.evidence),
+            "evidence": list(self.evidence), "control": self.control,
         }
 
 

@@ -267,6 +267,8 @@ class MaliciousJob:
             resp = respond(ctx, points, detected_at=detected_at, job=actor.name)
         by = watch.result()
         actor_s = f"job {actor.name}"
+        # which control point each step tests: a step that got through fails that control too
+        tests = {"scan-ranks": "training_traffic", "read-dataset": "storage_flows", "ssh-mgmt": "admin_paths"}
         specs = (
             ("scan-ranks", f"{len(scan)} port(s) of job {victim.name}'s ranks "
              f"({', '.join(sorted({c.describe() for c in scan})) or 'none listening'})",
@@ -277,7 +279,7 @@ class MaliciousJob:
         )
         attempts = tuple(
             Attempt(step, actor_s, target, desc, got, why, dets[step].found, dets[step].text, dets[step].seconds,
-                    evidence=(evs[step],))
+                    evidence=(evs[step],), control=tests[step])
             for step, target, desc, (got, why) in specs)
         return DrillReport(
             self.name, ctx.target, started, datetime.now(UTC).isoformat(), attempts, by, resp.contained,

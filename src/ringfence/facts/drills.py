@@ -34,6 +34,8 @@ class AttemptModel(Strict):
     seconds_to_detect: float | None
     bytes_out: int | None
     evidence: list[str]
+    control: Literal["", "zones", "workload_identity", "admin_paths", "storage_flows", "training_traffic", "egress",
+                     "encryption_keys", "telemetry", "change_control", "containment"] = ""
 
 
 class BystanderModel(Strict):
@@ -77,7 +79,8 @@ def report_of(doc: DrillDoc) -> DrillReport:
     return DrillReport(
         doc.scenario, doc.target, doc.started.isoformat(), doc.finished.isoformat(),
         tuple(Attempt(a.step, a.actor, a.target, a.description, a.got_through, a.stopped_by, a.detected,
-                      a.detection, a.seconds_to_detect, a.bytes_out, tuple(a.evidence)) for a in doc.attempts),
+                      a.detection, a.seconds_to_detect, a.bytes_out, tuple(a.evidence), a.control)
+              for a in doc.attempts),
         None if by is None else Bystander(by.job, tuple(by.ranks), by.steps_before, by.steps_during,
                                           by.longest_stall_s, by.budget_stall_s, by.detail),
         doc.contained, doc.containment, doc.detection_seconds, doc.containment_seconds, tuple(doc.notes),
