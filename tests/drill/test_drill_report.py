@@ -108,3 +108,15 @@ def test_the_bystander_is_a_job_apart_from_the_suspects() -> None:
 
 def test_the_scenario_names_agree_everywhere() -> None:
     assert NAMES == DRILL_SCENARIOS == CLI_SCENARIOS
+
+
+def test_the_bystander_busbw_is_reported_beside_the_judged_stall() -> None:
+    from ringfence.drill.bystander import BusbwSampler
+
+    s = BusbwSampler(_Fake(), ("worker-0", "worker-1"))
+    s.samples = [(float(t), {"worker-0": {"steps": t}, "worker-1": {"steps": t}}) for t in range(10)]
+    s.busbw = [(float(t), {"worker-0": 100e6, "worker-1": 80e6 if t < 3 else 40e6}) for t in range(10)]
+    w = Watch("train-a", ("worker-0", "worker-1"), s, 5.0, 3.0, 9.0, busbw_budget_pct=5.0)
+    b = w.result()
+    assert b.busbw_before_Bps == 80e6 and b.busbw_during_Bps == 40e6  # the slowest rank's median
+    assert "+50.0 % loss, budget 5 %" in b.detail and b.within_budget is True  # reported, not judged

@@ -8,10 +8,11 @@ stall, judged against the budget. A rank that cannot be read leaves the measurem
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ringfence.drill.interface import Bystander, DrillError
 from ringfence.policy import Policy, parse_duration
@@ -35,6 +36,32 @@ def bystander_job(policy: Policy, suspects: Sequence[str]) -> tuple[str, tuple[s
     )
 
 
+class BusbwSampler(Sampler):
+    """The rotation's sampler, also keeping each rank's last reported bus bandwidth (``last_busbw_Bps``)."""
+
+    def __init__(self, watch: JobWatch, workers: tuple[str, ...]) -> None:
+        super().__init__(watch, workers)
+        self.busbw: list[tuple[float, dict[str, float]]] = []
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            st = self.watch.agent_status()
+            t = time.time()
+            self.samples.append((t, {w: dict(st.get(f"{w}-worker", {}).get("counters", {})) for w in self.workers}))
+            bw = {w: float(v) for w in self.workers
+                  if isinstance(v := st.get(f"{w}-worker", {}).get("last_busbw_Bps"), int | float)
+                  and not isinstance(v, bool) and v > 0}
+            self.busbw.append((t, bw))
+            self._stop.wait(0.1)
+
+
+def _median_busbw(samples: Sequence[tuple[float, dict[str, float]]], ranks: Sequence[str], start: float,
+                  end: float) -> float | None:
+    # the slowest rank's figure in each sample (a collective runs at its slowest member's pace)
+    values = [min(bw[r] for r in ranks) for t, bw in samples if start <= t <= end and all(r in bw for r in ranks)]
+    return statistics.median(values) if values else None
+
+
 @dataclass
 class Watch:
     """The running measurement; :meth:`result` once the ``with`` block ends."""
@@ -45,6 +72,15 @@ class Watch:
     budget: float
     t_start: float = 0.0
     t_end: float = 0.0
+    busbw_budget_pct: float | None = field(default=None)  # the policy's busbw_loss_pct, for the report
+
+    def _busbw(self) -> tuple[float | None, float | None]:
+        samples = getattr(self.sampler, "busbw", None)
+        if not samples:
+            return None, None
+        t0 = self.sampler.samples[0][0] if self.sampler.samples else self.t_start
+        return (_median_busbw(samples, self.ranks, t0, self.t_start),
+                _median_busbw(samples, self.ranks, self.t_start, self.t_end))
 
     def _steps(self, index: int) -> int:
         return min(self.sampler.value(r, "steps", index) for r in self.ranks)
@@ -66,10 +102,20 @@ class Watch:
                              f"not training before the drill (no step in the {BASELINE_S:g}s baseline)")
         stalls = {r: max_gap(self.sampler.progress_times(r, "steps"), self.t_start, self.t_end) for r in self.ranks}
         worst = max(stalls, key=lambda r: stalls[r])
+        bw_before, bw_during = self._busbw()
+        busbw = ""
+        if bw_before and bw_during:
+            loss = 100.0 * (1.0 - bw_during / bw_before)
+            # reported beside the judged stall, not judged: a short drill gives a few dozen per-step figures
+            # of a small all-reduce, whose spread on a shared host exceeds a few-percent budget
+            cap = "" if self.busbw_budget_pct is None else f", budget {self.busbw_budget_pct:g} %"
+            busbw = (f"; busbw (median of its slowest rank) {bw_before / 1e6:.2f} → {bw_during / 1e6:.2f} MB/s "
+                     f"({loss:+.1f} % loss{cap}; reported, not judged: per-step figures of a short drill)")
         return Bystander(
             self.job, self.ranks, before, during, round(stalls[worst], 2), self.budget,
             f"{during} steps during the drill ({self.t_end - self.t_start:.1f}s); longest stall "
-            f"{stalls[worst]:.1f}s at {worst} (budget {self.budget:g}s)",
+            f"{stalls[worst]:.1f}s at {worst} (budget {self.budget:g}s){busbw}",
+            None if bw_before is None else round(bw_before, 1), None if bw_during is None else round(bw_during, 1),
         )
 
 
@@ -81,8 +127,8 @@ def watch_bystander(cluster: JobWatch, policy: Policy, suspects: Sequence[str], 
     if budget is None:
         budget = parse_duration(policy.incident_drills.bystander_stall).total_seconds()
     job, ranks = bystander_job(policy, suspects)
-    with Sampler(cluster, ranks) as sampler:
-        w = Watch(job, ranks, sampler, budget)
+    with BusbwSampler(cluster, ranks) as sampler:
+        w = Watch(job, ranks, sampler, budget, busbw_budget_pct=float(policy.budget.busbw_loss_pct))
         time.sleep(BASELINE_S)
         w.t_start = time.time()
         try:

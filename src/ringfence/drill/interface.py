@@ -82,6 +82,8 @@ class Bystander:
     longest_stall_s: float | None  # the longest stretch with no step of some rank, during the drill
     budget_stall_s: float  # the stall the job tolerates (the policy's, or the drill's default)
     detail: str = ""
+    busbw_before_Bps: float | None = None  # median bus bandwidth of its slowest rank, baseline (reported)
+    busbw_during_Bps: float | None = None  # the same while the drill acted (reported, not judged)
 
     @property
     def within_budget(self) -> bool | None:
@@ -96,6 +98,7 @@ class Bystander:
             "job": self.job, "ranks": list(self.ranks), "steps_before": self.steps_before,
             "steps_during": self.steps_during, "longest_stall_s": self.longest_stall_s,
             "budget_stall_s": self.budget_stall_s, "within_budget": self.within_budget, "detail": self.detail,
+            "busbw_before_Bps": self.busbw_before_Bps, "busbw_during_Bps": self.busbw_during_Bps,
         }
 
 

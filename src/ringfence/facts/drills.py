@@ -49,6 +49,8 @@ class BystanderModel(Strict):
     budget_stall_s: float
     within_budget: bool | None
     detail: str
+    busbw_before_Bps: float | None = None
+    busbw_during_Bps: float | None = None
 
 
 class DrillDoc(Strict):
@@ -82,7 +84,8 @@ def report_of(doc: DrillDoc) -> DrillReport:
                       a.detection, a.seconds_to_detect, a.bytes_out, tuple(a.evidence), a.control)
               for a in doc.attempts),
         None if by is None else Bystander(by.job, tuple(by.ranks), by.steps_before, by.steps_during,
-                                          by.longest_stall_s, by.budget_stall_s, by.detail),
+                                          by.longest_stall_s, by.budget_stall_s, by.detail, by.busbw_before_Bps,
+                                          by.busbw_during_Bps),
         doc.contained, doc.containment, doc.detection_seconds, doc.containment_seconds, tuple(doc.notes),
         tuple(doc.evidence), doc.store, doc.requires_containment,
     )
