@@ -1,0 +1,69 @@
+"""The egress gateway's tinyproxy configuration, rendered from the policy: approved clients only, approved
+destinations and ports only, and never an open proxy (no client, destination or port is an error)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ringfence.enforce.egress_gateway import (
+    GatewayError,
+    filter_text,
+    find_gateway,
+    tinyproxy_argv,
+    tinyproxy_config,
+)
+from ringfence.lab.policy_text import render_policy
+from ringfence.lab.topology import build_topology
+from ringfence.policy import Policy, parse_policy
+
+TOPO = build_topology("rfunit", 4, 2)
+
+
+def _policy(text: str) -> Policy:
+    return parse_policy(text, "gateway")
+
+
+def test_the_lab_policy_names_its_gateway_only_when_it_runs() -> None:
+    assert find_gateway(_policy(render_policy(TOPO))) is None
+    gw = find_gateway(_policy(render_policy(TOPO, egress_gateway=True)))
+    assert gw is not None
+    assert (gw.node, gw.address, gw.port, gw.service) == ("mgmt", "10.77.3.10", 8888, "egress-gateway")
+    # replication: storage asks the gateway, the gateway reaches the replica sink — nothing else
+    assert gw.clients == (("storage", "10.77.2.10"),) and gw.client_node("10.77.1.13") is None
+    assert gw.destinations == (("external", "10.77.9.10"),) and gw.ports == (9000,)
+
+
+def test_the_config_admits_approved_clients_destinations_and_ports_only() -> None:
+    gw = find_gateway(_policy(render_policy(TOPO, egress_gateway=True)))
+    assert gw is not None
+    conf = tinyproxy_config(gw, log="/run/rf/t.log", pidfile="/run/rf/t.pid", filter_file="/run/rf/t.filter")
+    lines = [ln for ln in conf.splitlines() if ln and not ln.startswith("#")]
+    assert "Listen 10.77.3.10" in lines and "Port 8888" in lines
+    assert [ln for ln in lines if ln.startswith(("Allow", "Deny"))] == ["Allow 10.77.2.10"]
+    assert [ln for ln in lines if ln.startswith("ConnectPort")] == ["ConnectPort 9000"]
+    assert {"FilterDefaultDeny Yes", "FilterType ere", "FilterURLs No", 'Filter "/run/rf/t.filter"',
+            "LogLevel Info", 'LogFile "/run/rf/t.log"'} <= set(lines)
+    assert filter_text(gw) == "^10\\.77\\.9\\.10$\n"
+    assert tinyproxy_argv("/run/rf/t.conf") == ["/usr/bin/tinyproxy", "-d", "-c", "/run/rf/t.conf"]
+
+
+def _without(text: str, flow_id: str) -> str:
+    out = text.splitlines()
+    i = next(k for k, ln in enumerate(out) if f'id: "{flow_id}"' in ln)
+    del out[i:i + 2]  # the flow and its description line
+    return "\n".join(out) + "\n"
+
+
+def test_no_client_or_no_destination_is_an_error_never_an_open_proxy() -> None:
+    text = render_policy(TOPO, egress_gateway=True)
+    with pytest.raises(GatewayError, match="serves everyone"):
+        find_gateway(_policy(_without(text, "checkpoint-replication")))
+    with pytest.raises(GatewayError, match="tunnels to every port"):
+        find_gateway(_policy(_without(text, "egress-gateway-replication")))
+    gw = find_gateway(_policy(text))
+    assert gw is not None
+    with pytest.raises(GatewayError, match="never an open"):
+        tinyproxy_config(type(gw)(gw.node, gw.address, gw.port, gw.service, (), gw.destinations, gw.ports),
+                         log="/a", pidfile="/b", filter_file="/c")
+    with pytest.raises(GatewayError, match="unsafe path"):
+        tinyproxy_config(gw, log='/a"\nAllow 0.0.0.0/0', pidfile="/b", filter_file="/c")
