@@ -70,8 +70,11 @@ class GatewayVerdict:
 
 def judge_gateway(outcomes: Sequence[Outcome], grew: Sequence[Mapping[str, int]], listening: bool | None,
                   log: list[dict[str, Any]] | None, client: str, since: float, gw: Gateway,
-                  out: int | None, capture_flows: int) -> GatewayVerdict:
-    """(see the module docstring) ``out``: payload bytes the capture saw between the node and the outside."""
+                  to_gateway: int | None, capture_flows: int) -> GatewayVerdict:
+    """(see the module docstring) ``to_gateway``: payload bytes the capture saw between the node and the gateway
+    (0 when the fabric dropped every try; the request and the refusal when the gateway refused it). Bytes the
+    gateway relayed for the node are not told apart in a capture (its connections out carry approved egress
+    too): the gateway's own log says whether it relayed anything for the node — any ``allow`` is got through."""
     mine = [r for r in (log or []) if r.get("client") == client and r["time"].timestamp() >= since - 1.0]
     denies = [r for r in mine if r["decision"] == "deny"]
     allows = [r for r in mine if r["decision"] == "allow"]
@@ -92,17 +95,17 @@ def judge_gateway(outcomes: Sequence[Outcome], grew: Sequence[Mapping[str, int]]
     got, why = combine(verdicts)
     if allows:
         got, why = True, f"the gateway's log shows {len(allows)} forward(s) for {client}; " + why
-    elif got is not True and out:
-        got, why = True, f"{why}; the capture saw {out} payload bytes between the node and the outside"
     elif got is False:
         if log is None:
             got, why = None, f"{why}; the gateway's log could not be read, so no forward is excluded"
-        elif out is None or capture_flows == 0:
-            got, why = None, f"{why}; no live independent capture counted the bytes that got out"
+        elif to_gateway is None or capture_flows == 0:
+            got, why = None, f"{why}; no live independent capture counted what reached the gateway"
         else:
             admitted = ", ".join(f"{n} ({a})" for n, a in gw.clients)
             why += (f"; the gateway's log shows no forward for {client} and its configuration admits only "
-                    f"{admitted}; the independent capture ({capture_flows} flows) saw 0 bytes to the outside")
+                    f"{admitted}; the independent capture ({capture_flows} flows) saw {to_gateway} payload bytes "
+                    f"between the node and the gateway{' (the request and its refusal)' if to_gateway else ''}, "
+                    "none relayed out")
     return GatewayVerdict(got, why, len(denies), len(allows), denies[0] if denies else None)
 
 

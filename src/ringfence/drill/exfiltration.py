@@ -211,10 +211,13 @@ class Exfiltration:
             grew = [moved(before, after, (addrs[0], dest.address, "tcp", o.sport, dest.port)) for o in outcomes]
             ggrew = [moved(before, after, (addrs[0], gw.address, "tcp", o.sport, gw.port)) for o in via
                      ] if gw is not None else []
-            flows_seen, out = 0, None
+            flows_seen, out, to_gw = 0, None, None
             if "path" in box:
                 flows = PcapReader().read(box["path"]).flows
                 flows_seen, out = flows.num_rows, bytes_out(flows, addrs, dest.address)
+                # the gateway path's own count: what the node got to the gateway at all (its relaying on the
+                # node's behalf is in the gateway's log; its connections out carry storage's replication too)
+                to_gw = bytes_out(flows, addrs, gw.address) if gw is not None else None
             else:
                 notes.append(f"the independent capture failed: {box.get('error', 'it did not finish')}")
             got, why = judge_exfil(outcomes, grew, listening, out, flows_seen)
@@ -225,7 +228,7 @@ class Exfiltration:
             dets = await_detection(ctx, points, list(dict.fromkeys([FABRIC, node])), keys, [node],
                                    bound=look_for([*outcomes, *via], min(ctx.timeout, 10.0)))
             det = dets["exfil-direct"]
-            gateway = self._via_gateway(ctx, points, gw, node, dest, via, ggrew, glistening, out, flows_seen,
+            gateway = self._via_gateway(ctx, points, gw, node, dest, via, ggrew, glistening, to_gw, flows_seen,
                                         t_attack, dets.get("exfil-egress-gateway"), gw_problem)
             ev = record_attempt(ctx, self.name, "exfil-direct", outcomes, {
                 "bytes_out": out, "capture_flows": flows_seen, "denied_packets": packets,
@@ -262,7 +265,7 @@ class Exfiltration:
 
     def _via_gateway(self, ctx: DrillContext, points: Mapping[str, Any], gw: Gateway | None, node: str,
                      dest: Outside, via: Sequence[Outcome], grew: Sequence[Mapping[str, int]],
-                     listening: bool | None, out: int | None, flows_seen: int, t_attack: float,
+                     listening: bool | None, to_gw: int | None, flows_seen: int, t_attack: float,
                      nflog: Any, problem: str) -> Attempt:
         """The gateway attempt, judged at the gateway (its log) and at the fabric (drop counters, NFLOG)."""
         actor = who(ctx.policy, node)
@@ -274,7 +277,7 @@ class Exfiltration:
         address = client.addresses[0] if client is not None else ""
         log = read_gateway_log(ctx, points, gw, "exfil")
         seen_at = time.time()
-        v = judge_gateway(via, grew, listening, log, address, t_attack, gw, out, flows_seen)
+        v = judge_gateway(via, grew, listening, log, address, t_attack, gw, to_gw, flows_seen)
         found, text, seconds = gateway_detection(v, ctx, node, t_attack, seen_at)
         if nflog is not None and nflog.found:
             text = f"{nflog.text}; {text}" if found else nflog.text
@@ -282,12 +285,14 @@ class Exfiltration:
             found = True
         packets = sum(sum(g.values()) for g in grew)
         volume = (f"; volume: {packets} packet(s) dropped by the firewall and {v.denies} refusal(s) logged by the "
-                  f"gateway over {len(via)} try(s)")
+                  f"gateway over {len(via)} try(s), {to_gw if to_gw is not None else '?'} payload bytes between the "
+                  "node and the gateway in the capture")
         return Attempt(
             "exfil-egress-gateway", actor, f"{dest.node} ({dest.address}:{dest.port}) via the egress gateway "
             f"{gw.node} ({gw.address}:{gw.port})",
             f"asked the egress gateway {gw.node} to tunnel (CONNECT) to {dest.node} ({dest.address}:{dest.port}), "
-            "outside the trust boundary", v.got_through, v.stopped_by, found, text + volume, seconds, out)
+            "outside the trust boundary", v.got_through, v.stopped_by, found, text + volume, seconds,
+            0 if v.got_through is False else None)
 
     def _finding(self, ctx: DrillContext, node: str, dest: Outside, got: bool | None, why: str, packets: int,
                  out: int | None, evidence: tuple[str, ...]) -> str:
