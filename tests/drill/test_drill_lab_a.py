@@ -105,6 +105,7 @@ def test_after_apply_both_drills_are_stopped_detected_and_contained(lab: Lab, tm
         assert gateway["got_through"] is False and "mgmt (10.77.3.10:8888): timeout, dropped by policy (denied@" \
             in gateway["stopped_by"], _brief(ex)
         assert "shows no forward for 10.77.1.13" in gateway["stopped_by"] and gateway["bytes_out"] == 0
+        assert "saw 0 payload bytes between the node and the gateway's port" in gateway["stopped_by"], _brief(ex)
         assert gateway["detected"] is True and "worker-3 (10.77.1.13)" in gateway["detection"], _brief(ex)
         assert ex["verdict"] == "pass" and code == 0, _brief(ex)
         findings = [r for r in store.records() if r.kind is RecordKind.FINDING and r.data.get("control") == "egress"]

@@ -31,8 +31,11 @@ def _o(outcome: str, sport: int, sent: int = 0) -> Outcome:
     return Outcome(conn, outcome, sport, sent, "", time.time())
 
 
-def _flows(rows: list[tuple[str, str, int | None]]) -> pa.Table:
+def _flows(rows: list[tuple[str, str, int | None]], ports: list[tuple[int, int]] | None = None) -> pa.Table:
+    ports = ports or [(40000, 9000)] * len(rows)
     return pa.table({"src": [r[0] for r in rows], "dst": [r[1] for r in rows],
+                     "sport": pa.array([p[0] for p in ports], pa.int32()),
+                     "dport": pa.array([p[1] for p in ports], pa.int32()),
                      "payload_bytes": pa.array([r[2] for r in rows], pa.int64())})
 
 
@@ -55,6 +58,11 @@ def test_bytes_out_are_the_payload_between_the_node_and_the_outside_address() ->
     assert bytes_out(_flows([("10.77.1.13", "10.77.9.10", 4_200_000)]), ["10.77.1.13"], "10.77.9.10") == 4_200_000
     assert bytes_out(_flows([("10.77.9.10", "10.77.1.13", 12)]), ["10.77.1.13"], "10.77.9.10") == 12  # either way
     assert bytes_out(_flows([("10.77.1.13", "10.77.9.10", None)]), ["10.77.1.13"], "10.77.9.10") is None
+    # on the gateway's port only: the node's approved job-API reports to the same host are not the attempt
+    to_mgmt = _flows([("10.77.1.13", "10.77.3.10", 700), ("10.77.1.13", "10.77.3.10", 0)],
+                     [(40000, 8000), (40001, 8888)])
+    assert bytes_out(to_mgmt, ["10.77.1.13"], "10.77.3.10", 8888) == 0
+    assert bytes_out(to_mgmt, ["10.77.1.13"], "10.77.3.10") == 700
 
 
 def test_a_stop_needs_every_try_dropped_by_policy_and_a_live_capture_with_zero_bytes() -> None:

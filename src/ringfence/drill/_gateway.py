@@ -104,7 +104,7 @@ def judge_gateway(outcomes: Sequence[Outcome], grew: Sequence[Mapping[str, int]]
             admitted = ", ".join(f"{n} ({a})" for n, a in gw.clients)
             why += (f"; the gateway's log shows no forward for {client} and its configuration admits only "
                     f"{admitted}; the independent capture ({capture_flows} flows) saw {to_gateway} payload bytes "
-                    f"between the node and the gateway{' (the request and its refusal)' if to_gateway else ''}, "
+                    f"between the node and the gateway's port{' (the requests and their refusals)' if denies else ''}, "
                     "none relayed out")
     return GatewayVerdict(got, why, len(denies), len(allows), denies[0] if denies else None)
 

@@ -108,12 +108,15 @@ def outside_target(policy: Policy, node: str) -> Outside:
                      "approved to reach: there is nothing to exfiltrate to", hint="a zone with trust: external")
 
 
-def bytes_out(flows: Any, node_addresses: Sequence[str], outside: str) -> int | None:
-    """L4 payload bytes, both directions, of the captured flows between the node and ``outside`` (None when the
-    capture could not say: a flow of theirs without a payload count)."""
+def bytes_out(flows: Any, node_addresses: Sequence[str], outside: str, port: int | None = None) -> int | None:
+    """L4 payload bytes, both directions, of the captured flows between the node and ``outside`` — only those on
+    ``outside``'s ``port`` when one is given (None when the capture could not say: a flow of theirs without a
+    payload count)."""
     total = 0
-    for r in flows.select(["src", "dst", "payload_bytes"]).to_pylist():
-        if {r["src"], r["dst"]} & set(node_addresses) and outside in (r["src"], r["dst"]):
+    for r in flows.select(["src", "dst", "sport", "dport", "payload_bytes"]).to_pylist():
+        on_port = port is None or (r["dst"] == outside and r["dport"] == port) or (
+            r["src"] == outside and r["sport"] == port)
+        if {r["src"], r["dst"]} & set(node_addresses) and outside in (r["src"], r["dst"]) and on_port:
             if r["payload_bytes"] is None:
                 return None
             total += int(r["payload_bytes"])
@@ -217,7 +220,7 @@ class Exfiltration:
                 flows_seen, out = flows.num_rows, bytes_out(flows, addrs, dest.address)
                 # the gateway path's own count: what the node got to the gateway at all (its relaying on the
                 # node's behalf is in the gateway's log; its connections out carry storage's replication too)
-                to_gw = bytes_out(flows, addrs, gw.address) if gw is not None else None
+                to_gw = bytes_out(flows, addrs, gw.address, gw.port) if gw is not None else None
             else:
                 notes.append(f"the independent capture failed: {box.get('error', 'it did not finish')}")
             got, why = judge_exfil(outcomes, grew, listening, out, flows_seen)
