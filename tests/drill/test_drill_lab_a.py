@@ -1,6 +1,8 @@
-"""The malicious-job and exfiltration drills on a real 2-job lab, through the CLI: before ``apply`` the attack
-gets through and the drill fails naming it; after ``apply`` every attempt is stopped (proven by its own drop
-counter), detected with the actor's identity, contained, and the bystander job keeps training."""
+"""The malicious-job and exfiltration drills on a real 2-job lab with its egress gateway, through the CLI: before
+``apply`` the attack gets through and the drill fails naming it (the gateway itself refuses the node, logged with
+its identity); after ``apply`` every attempt is stopped (proven by its own drop counter), detected with the
+actor's identity, contained, and the bystander job keeps training — and storage's replication leaves through
+the gateway, logged with its destination and client."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from ringfence.enforce.apply import apply_policy, rollback
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.lab import Lab
+from ringfence.lab import procs as lab_procs
 from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_inventory, lab_points
+from ringfence.lab.state import read_state
+from ringfence.observe.flows.events.tinyproxy import TinyproxyReader
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -28,8 +33,16 @@ def lab() -> Iterator[Lab]:
         require_privileges()
     except EnvironmentProblem as exc:
         pytest.skip(f"the lab cannot run here: {exc.message}")
-    with Lab.up(workers=4, jobs=2, scheduler=False) as lab:
+    with Lab.up(workers=4, jobs=2, scheduler=False, egress_gateway=True) as lab:
+        gateway = [p.pid for p in read_state(lab.paths).processes if p.label == "mgmt-tinyproxy"]
+        assert len(gateway) == 1 and lab.egress_gateway
         yield lab
+    assert not lab_procs.is_alive(gateway[0])  # lab down ends the gateway like every lab process
+
+
+def _gateway_log(lab: Lab) -> list[dict[str, Any]]:
+    return list(TinyproxyReader().read(lab.telemetry_dir / "mgmt" / "tinyproxy.log", node="mgmt")
+                .events.to_pylist())
 
 
 def _drill(lab: Lab, scenario: str, out: Path, store: Path) -> tuple[int, dict[str, Any]]:
@@ -44,10 +57,17 @@ def _brief(doc: dict[str, Any]) -> dict[str, Any]:
 
 def test_before_apply_the_checkpoint_gets_out_and_the_drill_fails(lab: Lab, tmp_path: Path) -> None:
     code, doc = _drill(lab, "exfiltration", tmp_path / "exfil.json", tmp_path / "evidence")
-    direct = next(a for a in doc["attempts"] if a["step"] == "exfil-direct")
+    direct, gateway = (next(a for a in doc["attempts"] if a["step"] == s)
+                       for s in ("exfil-direct", "exfil-egress-gateway"))
     assert doc["verdict"] == "fail" and code == 1, _brief(doc)
     assert direct["got_through"] is True and direct["bytes_out"] > 0 and "connected to external" in direct["stopped_by"]
     assert doc["why"] == "got through: exfil-direct"
+    # no fabric rule yet: the node's CONNECT reaches the gateway, which refuses it (it is no approved client) and
+    # logs the refusal with its address — the gateway's layer alone, detected by its own log
+    assert gateway["got_through"] is False and "refused by the gateway mgmt" in gateway["stopped_by"], _brief(doc)
+    assert gateway["detected"] is True and "egress gateway's log at mgmt (unauthorized client" in gateway["detection"]
+    assert "worker-3 (10.77.1.13), job train-b" in gateway["detection"]
+    assert any(r["client"] == "10.77.1.13" and r["decision"] == "deny" for r in _gateway_log(lab))
     # nothing to contain with before a policy is applied: containment did not hold, said so
     assert doc["contained"] is False and "needs an applied policy" in doc["containment"]
     assert EvidenceStore.open(tmp_path / "evidence").verify().ok
@@ -80,11 +100,19 @@ def test_after_apply_both_drills_are_stopped_detected_and_contained(lab: Lab, tm
         assert direct["got_through"] is False and direct["bytes_out"] == 0, _brief(ex)
         assert direct["detected"] is True and "worker-3 (10.77.1.13)" in direct["detection"], _brief(ex)
         assert ex["contained"] is True and ex["bystander"]["within_budget"] is True, _brief(ex)
-        # the lab has no egress gateway: that part was not played, so the drill cannot pass — and says why
-        assert gateway["got_through"] is None and "no egress gateway" in gateway["stopped_by"]
-        assert ex["verdict"] == "unknown" and code == 3 and "not told: exfil-egress-gateway" in ex["why"]
+        # through the gateway: the fabric drops the node on its way there (it is no approved client), the gateway
+        # forwarded nothing for it, and the capture saw no byte leave
+        assert gateway["got_through"] is False and "mgmt (10.77.3.10:8888): timeout, dropped by policy (denied@" \
+            in gateway["stopped_by"], _brief(ex)
+        assert "shows no forward for 10.77.1.13" in gateway["stopped_by"] and gateway["bytes_out"] == 0
+        assert "saw 0 payload bytes between the node and the gateway's port" in gateway["stopped_by"], _brief(ex)
+        assert gateway["detected"] is True and "worker-3 (10.77.1.13)" in gateway["detection"], _brief(ex)
+        assert ex["verdict"] == "pass" and code == 0, _brief(ex)
         findings = [r for r in store.records() if r.kind is RecordKind.FINDING and r.data.get("control") == "egress"]
         assert findings and findings[-1].data["node"] == "worker-3" and findings[-1].data["blocked"] is True
+        # approved egress leaves through the gateway: storage's replication, logged with client and destination
+        assert any(r["client"] == "10.77.2.10" and r["decision"] == "allow" and (r["host"], r["port"])
+                   == ("10.77.9.10", 9000) for r in _gateway_log(lab))
         assert store.verify().ok
     finally:
         rollback(points, store, target=target)

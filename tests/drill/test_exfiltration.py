@@ -4,14 +4,18 @@ the attacker's count), when a stop is proven, and that a drill without its gatew
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from ringfence.controls.interface import Verdict
 from ringfence.drill._attack import Conn, Outcome
+from ringfence.drill._gateway import gateway_detection, judge_gateway
 from ringfence.drill.exfiltration import bytes_out, judge_exfil, outside_target, suspect_node
 from ringfence.drill.interface import Attempt, Bystander, DrillError, DrillReport
+from ringfence.enforce.egress_gateway import Gateway, find_gateway
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
@@ -27,8 +31,11 @@ def _o(outcome: str, sport: int, sent: int = 0) -> Outcome:
     return Outcome(conn, outcome, sport, sent, "", time.time())
 
 
-def _flows(rows: list[tuple[str, str, int | None]]) -> pa.Table:
+def _flows(rows: list[tuple[str, str, int | None]], ports: list[tuple[int, int]] | None = None) -> pa.Table:
+    ports = ports or [(40000, 9000)] * len(rows)
     return pa.table({"src": [r[0] for r in rows], "dst": [r[1] for r in rows],
+                     "sport": pa.array([p[0] for p in ports], pa.int32()),
+                     "dport": pa.array([p[1] for p in ports], pa.int32()),
                      "payload_bytes": pa.array([r[2] for r in rows], pa.int64())})
 
 
@@ -51,6 +58,11 @@ def test_bytes_out_are_the_payload_between_the_node_and_the_outside_address() ->
     assert bytes_out(_flows([("10.77.1.13", "10.77.9.10", 4_200_000)]), ["10.77.1.13"], "10.77.9.10") == 4_200_000
     assert bytes_out(_flows([("10.77.9.10", "10.77.1.13", 12)]), ["10.77.1.13"], "10.77.9.10") == 12  # either way
     assert bytes_out(_flows([("10.77.1.13", "10.77.9.10", None)]), ["10.77.1.13"], "10.77.9.10") is None
+    # on the gateway's port only: the node's approved job-API reports to the same host are not the attempt
+    to_mgmt = _flows([("10.77.1.13", "10.77.3.10", 700), ("10.77.1.13", "10.77.3.10", 0)],
+                     [(40000, 8000), (40001, 8888)])
+    assert bytes_out(to_mgmt, ["10.77.1.13"], "10.77.3.10", 8888) == 0
+    assert bytes_out(to_mgmt, ["10.77.1.13"], "10.77.3.10") == 700
 
 
 def test_a_stop_needs_every_try_dropped_by_policy_and_a_live_capture_with_zero_bytes() -> None:
@@ -100,3 +112,57 @@ def test_drill_list_offers_both_scenarios_with_their_summaries(capsys: pytest.Ca
     lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()}
     assert "outside the trust boundary" in lines["exfiltration"]
     assert "scans the first job's ranks" in lines["malicious-job"]
+
+
+def _gw_try(outcome: str, sport: int, reply: str = "") -> Outcome:
+    conn = Conn("mgmt", "10.77.3.10", 8888, "CONNECT", "10.77.9.10:9000", 0)
+    return Outcome(conn, outcome, sport, 0, reply, time.time())
+
+
+def _gateway(policy: Policy) -> Gateway:
+    gw = find_gateway(parse_policy(render_policy(build_topology("rfunit", 4, 2), egress_gateway=True), "gw"))
+    assert gw is not None
+    return gw
+
+
+def test_through_the_gateway_a_stop_is_its_logged_refusal_or_a_proven_drop_on_the_way(policy: Policy) -> None:
+    gw, t0 = _gateway(policy), time.time()
+    deny = {"client": "10.77.1.13", "time": datetime.fromtimestamp(t0 + 0.1, UTC), "decision": "deny",
+            "reason": "unauthorized client", "node": "mgmt"}
+    refused = [_gw_try("connected", 41000, "HTTP/1.0 403 Access denied\r\n")]
+    v = judge_gateway(refused, [{}], True, [deny], "10.77.1.13", t0, gw, 0, 30)
+    assert v.got_through is False and "refused by the gateway" in v.stopped_by and "admits only storage" in v.stopped_by
+    ctx: Any = Ctx(policy)
+    assert gateway_detection(v, ctx, "worker-3", t0, t0 + 1)[0] is True  # the gateway's log names it
+    # a 403 the gateway's log does not back, or a log not read: unproven
+    assert judge_gateway(refused, [{}], True, [], "10.77.1.13", t0, gw, 0, 30).got_through is None
+    assert judge_gateway(refused, [{}], True, None, "10.77.1.13", t0, gw, 0, 30).got_through is None
+    # dropped by policy before the gateway (its own denied element), no forward logged, capture alive with 0
+    dropped = [_gw_try("timeout", 41001)]
+    v = judge_gateway(dropped, [{"fabric/inet": 1}], True, [], "10.77.1.13", t0, gw, 0, 30)
+    assert v.got_through is False and "dropped by policy (denied@fabric/inet +1)" in v.stopped_by
+    assert judge_gateway(dropped, [{}], True, [], "10.77.1.13", t0, gw, 0, 30).got_through is None
+    assert judge_gateway(dropped, [{"fabric/inet": 1}], True, [], "10.77.1.13", t0, gw, 0, 0).got_through is None
+
+
+def test_through_the_gateway_a_tunnel_or_a_logged_forward_got_through(policy: Policy) -> None:
+    gw, t0 = _gateway(policy), time.time()
+    opened = [_gw_try("connected", 41000, "HTTP/1.0 200 Connection established\r\n")]
+    assert judge_gateway(opened, [{}], True, [], "10.77.1.13", t0, gw, 0, 30).got_through is True
+    allow = {"client": "10.77.1.13", "time": datetime.fromtimestamp(t0, UTC), "decision": "allow",
+             "reason": "established", "node": "mgmt"}
+    v = judge_gateway([_gw_try("timeout", 41001)], [{"fabric/inet": 1}], True, [allow], "10.77.1.13", t0, gw, 0, 30)
+    assert v.got_through is True and "1 forward(s) for 10.77.1.13" in v.stopped_by
+    # another client's decisions, or older ones, are not this attempt's
+    other = dict(allow, client="10.77.2.10")
+    old = dict(allow, time=datetime.fromtimestamp(t0 - 60, UTC))
+    v = judge_gateway([_gw_try("timeout", 41001)], [{"fabric/inet": 1}], True, [other, old], "10.77.1.13", t0, gw,
+                      0, 30)
+    assert v.got_through is False
+
+
+class Ctx:
+    """Just what gateway_detection reads of a drill context."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy

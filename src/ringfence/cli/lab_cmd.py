@@ -34,7 +34,7 @@ def _up(args: argparse.Namespace) -> int:
     lab_pkg = _lab_module()
     print(f"bringing up a lab with {args.workers} workers, {args.jobs} job(s)…", file=sys.stderr)
     lab = lab_pkg.Lab.up(workers=args.workers, jobs=args.jobs, name=args.name, traffic=not args.no_traffic,
-                         scheduler=not args.no_scheduler)
+                         scheduler=not args.no_scheduler, egress_gateway=args.egress_gateway)
     print(f"lab {lab.name} is up{'' if args.no_traffic else ' and traffic is flowing'}", file=sys.stderr)
     print(lab.name)
     return 0
@@ -166,6 +166,8 @@ def register(sub: Any) -> None:
     up.add_argument("--no-traffic", action="store_true", help="start only the servers")
     up.add_argument("--no-scheduler", action="store_true",
                     help="start the training ranks directly, without the lab's Slurm")
+    up.add_argument("--egress-gateway", action="store_true",
+                    help="also run the egress gateway (tinyproxy on mgmt, rendered from the policy)")
     up.set_defaults(func=_up)
 
     st = named(lsub.add_parser("status", help="show a lab's nodes, services and processes"))

@@ -35,7 +35,7 @@ from ringfence.errors import RingfenceError
 from ringfence.lab import netns, procs, sshd, telemetry, tpm
 from ringfence.lab import slurm as sched
 from ringfence.lab.capture import run_capture
-from ringfence.lab.policy_text import render_policy
+from ringfence.lab.policy_text import GATEWAY_NODE, GATEWAY_PORT, render_policy
 from ringfence.lab.state import (
     DEFAULT_ROOT,
     LabState,
@@ -76,6 +76,9 @@ if TYPE_CHECKING:
     from ringfence.policy import Policy
 
 _PKG_PARENT = str(Path(ringfence.__file__).resolve().parents[1])
+#: the egress gateway's process label (``<node>-tinyproxy``: every lab process is named after its node)
+GATEWAY_LABEL = f"{GATEWAY_NODE}-tinyproxy"
+TINYPROXY_BIN = "/usr/bin/tinyproxy"
 
 
 def _log_tail(path: Path, lines: int = 8) -> str:
@@ -154,13 +157,15 @@ class Lab:
         root: Path = DEFAULT_ROOT,
         timeout: float = 90.0,
         scheduler: bool = True,
+        egress_gateway: bool = False,
     ) -> Lab:
         """Build a lab, start its services and (unless ``traffic=False``) its traffic.
 
         With ``wait``, returns once every traffic class has been seen flowing (see
         :meth:`wait_for_traffic`). On any failure, everything made so far is removed again.
         ``scheduler``: the training ranks run under the lab's Slurm (``sbatch``/``srun``); without it
-        they are started directly and no Slurm runs.
+        they are started directly and no Slurm runs. ``egress_gateway``: also run the egress gateway
+        (:meth:`start_egress_gateway`) before the servers, so storage replicates through it from the start.
         """
         netns.require_privileges()
         if scheduler:
@@ -174,6 +179,8 @@ class Lab:
         try:
             lab._build()
             lab.start_telemetry()
+            if egress_gateway:
+                lab.start_egress_gateway(restart_services=False)
             if scheduler:
                 lab.start_scheduler(wait=False)  # the daemons initialise while the servers start
             lab.start_services()
@@ -269,15 +276,71 @@ class Lab:
         topo = self.topology
         ssh_dir = sshd.SshMaterial(self.paths.directory / "ssh")
         replica = f"{self._scheme('storage')}://{topo.address('external')}:9000"
+        # with the egress gateway running, replication leaves through it (CONNECT), as the policy then approves
+        via = ["--replica-proxy", f"{topo.address(GATEWAY_NODE)}:{GATEWAY_PORT}"] if self.egress_gateway else []
         # each job's objects are served to its own ranks only; refusals are the object server's telemetry
         owners = [a for j in topo.jobs for a in ("--owner", f"{j.name}={','.join(topo.address(m) for m in j.members)}")]
         refusals = telemetry.point_dir(self.telemetry_dir, "storage") / deploy.OBJECT_LOG
         self._agent("storage", "storage", "service", ["--port", "8080", "--replica-url", replica, *owners,
-                                                      "--refusal-log", str(refusals)])
+                                                      "--refusal-log", str(refusals), *via])
         self._agent("mgmt", "mgmt", "service", ["--port", "8000"])
         self._agent("external", "replica", "service", ["--port", "9000"])
         self._spawn("mgmt", "mgmt-sshd", "service", sshd.sshd_argv(ssh_dir))
         self._wait_listening({"storage": {8080}, "mgmt": {8000, 22}, "external": {9000}}, timeout=30)
+
+    @property
+    def egress_gateway(self) -> bool:
+        """Whether this lab runs its egress gateway (a recorded ``mgmt-tinyproxy``; ``lab down`` ends it)."""
+        return any(p.label == GATEWAY_LABEL for p in read_state(self.paths).processes)
+
+    def start_egress_gateway(self, *, restart_services: bool = True) -> None:
+        """Start the lab's egress gateway: tinyproxy on the management node (``GATEWAY_NODE``), its configuration
+        rendered from the lab's policy with the gateway in it (:mod:`ringfence.enforce.egress_gateway`), its log
+        in that node's telemetry directory. Fails closed: a configuration that cannot be rendered, or a tinyproxy
+        that does not listen, is a :class:`LabError` and nothing is left running. With ``restart_services``
+        the servers restart so storage replicates through it."""
+        from ringfence.enforce.egress_gateway import (
+            LOG_FILE,
+            GatewayError,
+            filter_text,
+            find_gateway,
+            tinyproxy_argv,
+            tinyproxy_config,
+        )
+        from ringfence.policy import parse_policy
+
+        if self.egress_gateway:
+            return
+        if not Path(TINYPROXY_BIN).exists():
+            raise LabError(f"{TINYPROXY_BIN} is missing: the egress gateway cannot run",
+                           hint="install tinyproxy-bin (scripts/sysdeps.sh)")
+        state = read_state(self.paths)
+        text = render_policy(self.topology, {p.node for p in state.processes if p.kind == "sshd"},
+                             egress_gateway=True)
+        try:
+            gw = find_gateway(parse_policy(text, source=f"lab {self.name} with its egress gateway"))
+        except GatewayError as exc:
+            raise LabError(f"the egress gateway's configuration cannot be rendered: {exc.message}") from exc
+        if gw is None:
+            raise LabError("the lab's policy names no egress gateway")  # render_policy always names one here
+        d = telemetry.point_dir(self.telemetry_dir, gw.node)
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        conf, filt = d / "tinyproxy.conf", d / "tinyproxy.filter"
+        try:
+            filt.write_text(filter_text(gw))
+            conf.write_text(tinyproxy_config(gw, log=str(d / LOG_FILE), pidfile=str(d / "tinyproxy.pid"),
+                                             filter_file=str(filt)))
+        except GatewayError as exc:
+            raise LabError(f"the egress gateway's configuration cannot be rendered: {exc.message}") from exc
+        pid = self._spawn(gw.node, GATEWAY_LABEL, "gateway", tinyproxy_argv(str(conf)))
+        try:
+            self._wait_listening({gw.node: {gw.port}}, timeout=15)
+        except LabError:
+            _, left = procs.stop({pid}, self._marker)  # never left half-started
+            self._forget({pid} - left)
+            raise
+        if restart_services:
+            self.start_services()
 
     def ensure_sshd(self, nodes: list[str]) -> dict[str, Path]:
         """Every node in ``nodes`` runs an sshd (mgmt's own, the others one each, tracked like every lab
@@ -619,7 +682,8 @@ class Lab:
     def policy_yaml(self) -> str:
         """The as-found policy of this lab (shape of ``examples/lab-policy.yaml``)."""
         state = read_state(self.paths)
-        return render_policy(self.topology, {p.node for p in state.processes if p.kind == "sshd"})
+        return render_policy(self.topology, {p.node for p in state.processes if p.kind == "sshd"},
+                             egress_gateway=any(p.label == GATEWAY_LABEL for p in state.processes))
 
     def status(self) -> LabStatus:
         """A snapshot: namespaces present, processes alive, ports listening."""

@@ -44,12 +44,22 @@ def _map(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
 
 
-def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
+#: where the lab's optional egress gateway runs (the management zone's node: no new namespace, so every lab's
+#: topology stays as it is) and the port its tinyproxy listens on
+GATEWAY_NODE = "mgmt"
+GATEWAY_PORT = 8888
+GATEWAY_SERVICE = "egress-gateway"
+
+
+def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gateway: bool = False) -> str:
     """The intended-state policy describing ``topo`` as found: every real flow approved, nothing protected yet.
 
     The classes still *require* protection: the policy states intent, and the lab starts out violating it.
     ``ssh_nodes`` run an sshd of their own (``ringfence lab hosts``): each is an administrative service
     reached only from the jump host — the path an operator's tools take to every node of a real cluster.
+    ``egress_gateway``: the lab runs its egress gateway (tinyproxy on :data:`GATEWAY_NODE`); the node gets the
+    role ``egress-gateway``, the proxy is a service, and replication goes storage → gateway → replica sink
+    instead of straight out (:mod:`ringfence.enforce.egress_gateway` reads exactly this shape).
     """
     ssh = sorted(h for h in set(ssh_nodes) if h != "mgmt" and h in topo.node_names())
     out: list[str] = [
@@ -74,7 +84,8 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
         pairs = [("name", _q(n.name)), ("zone", _q(n.zone)), ("addresses", _list([n.address]))]
         if n.identity:
             pairs.append(("identity", _q(n.identity)))
-        pairs.append(("roles", _list(n.roles)))
+        roles = (*n.roles, "egress-gateway") if egress_gateway and n.name == GATEWAY_NODE else n.roles
+        pairs.append(("roles", _list(roles)))
         out.append(f"  - {_map(pairs)}")
     out.append("")
     out.append("jobs:")
@@ -93,6 +104,10 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
                  ("application", _q(s.application))]
         if s.admin:
             pairs.append(("admin", "true"))
+        out.append(f"  - {_map(pairs)}")
+    if egress_gateway:
+        pairs = [("name", _q(GATEWAY_SERVICE)), ("node", _q(GATEWAY_NODE)), ("port", str(GATEWAY_PORT)),
+                 ("class", _q("replication")), ("application", _q("http-proxy"))]
         out.append(f"  - {_map(pairs)}")
     for host in ssh:
         pairs = [("name", _q(f"{host}-ssh")), ("node", _q(host)), ("port", "22"), ("class", _q("management")),
@@ -132,10 +147,22 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
             'ports: "22", class: management,',
             '     description: "ringfence reaches the fabric\'s management interface only from the jump host"}',
         ]
+    if egress_gateway:
+        out += [
+            f'  - {{id: "checkpoint-replication", from: {{node: "storage"}}, to: {{service: {_q(GATEWAY_SERVICE)}}}, '
+            "class: replication,",
+            '     description: "checkpoints leave the cluster for the off-site replica, through the egress gateway"}',
+            f'  - {{id: "egress-gateway-replication", from: {{node: {_q(GATEWAY_NODE)}}}, '
+            'to: {service: "replica-sink"}, class: replication,',
+            '     description: "the egress gateway forwards approved replication to the off-site replica"}',
+        ]
+    else:
+        out += [
+            '  - {id: "checkpoint-replication", from: {node: "storage"}, to: {service: "replica-sink"}, '
+            "class: replication,",
+            '     description: "checkpoints leave the cluster for the off-site replica"}',
+        ]
     out += [
-        '  - {id: "checkpoint-replication", from: {node: "storage"}, to: {service: "replica-sink"}, '
-        "class: replication,",
-        '     description: "checkpoints leave the cluster for the off-site replica"}',
         "",
         "classes:",
         "  storage: {protection: required, layers: [tls]}",
@@ -162,4 +189,4 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = ()) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["render_policy"]
+__all__ = ["GATEWAY_NODE", "GATEWAY_PORT", "GATEWAY_SERVICE", "render_policy"]

@@ -261,8 +261,9 @@ def serve_until_stopped(args: argparse.Namespace, agent: str, handler: type[Hand
 class HttpClient:
     """One-request-per-connection HTTP(S) client; each request is its own TCP flow, as in the real services."""
 
-    def __init__(self, args: argparse.Namespace, timeout: float = 10.0) -> None:
+    def __init__(self, args: argparse.Namespace, timeout: float = 10.0, *, proxy: str | None = None) -> None:
         self.ctx = client_context(args)
+        self.proxy = proxy  # "HOST:PORT" of a forward proxy: each request tunnels through it (CONNECT)
         self.server_name: str | None = args.tls_server_name
         self.timeout = timeout
 
@@ -272,10 +273,16 @@ class HttpClient:
         parts = urlsplit(url)
         host, port = parts.hostname or "", parts.port
         conn: http.client.HTTPConnection
+        # through a proxy: the TCP connection goes to the proxy and the request (TLS too) through its tunnel
+        via_host, _, via_port = (self.proxy or "").rpartition(":")
+        first = (via_host, int(via_port)) if self.proxy else (host, port)
         if self.ctx is not None:
-            conn = _NamedHTTPSConnection(host, port, self.server_name, context=self.ctx, timeout=self.timeout)
+            conn = _NamedHTTPSConnection(first[0], first[1], self.server_name, context=self.ctx,
+                                         timeout=self.timeout)
         else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+            conn = http.client.HTTPConnection(first[0], first[1], timeout=self.timeout)
+        if self.proxy:
+            conn.set_tunnel(host, port)
         try:
             path = parts.path + (f"?{parts.query}" if parts.query else "")
             conn.request(method, path or "/", body=body, headers=dict(headers or {}))
@@ -297,10 +304,12 @@ class _NamedHTTPSConnection(http.client.HTTPSConnection):
         self._server_name = server_name
 
     def connect(self) -> None:
-        """TCP connect, then TLS with SNI/verification against the configured name."""
-        sock = socket.create_connection((self.host, self.port), self.timeout)
+        """TCP connect (and the proxy's tunnel, when one is set), then TLS with SNI/verification against the
+        configured name."""
+        http.client.HTTPConnection.connect(self)
         ctx: ssl.SSLContext = self._context  # type: ignore[attr-defined]
-        self.sock = ctx.wrap_socket(sock, server_hostname=self._server_name or self.host)
+        target = self._tunnel_host or self.host  # type: ignore[attr-defined]
+        self.sock = ctx.wrap_socket(self.sock, server_hostname=self._server_name or target)
 
 
 def resolve_endpoint(hostport: str, fallbacks: Mapping[str, str], status: Status) -> str:

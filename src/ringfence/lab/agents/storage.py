@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM."""
     p = server_parser(__doc__ or "", 8080)
     p.add_argument("--replica-url", default="", help="base URL of the off-site replica (empty: no replication)")
+    p.add_argument("--replica-proxy", default="", metavar="HOST:PORT",
+                   help="replicate through this egress gateway (HTTP CONNECT), not straight out")
     p.add_argument("--owner", action="append", default=[], metavar="JOB=ADDR[,ADDR...]",
                    help="serve JOB's datasets and checkpoints only to these peers (repeatable)")
     p.add_argument("--refusal-log", type=Path, help="append one JSON line per refused request here")
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def start_replication(status: Status, stop: threading.Event) -> None:
         if args.replica_url:
-            threading.Thread(target=_replicate, args=(store, HttpClient(args), args.replica_url, status, stop),
+            client = HttpClient(args, proxy=args.replica_proxy or None)
+            threading.Thread(target=_replicate, args=(store, client, args.replica_url, status, stop),
                              daemon=True).start()
 
     return serve_until_stopped(args, "storage", StorageHandler, store, start_replication)

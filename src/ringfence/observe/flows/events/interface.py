@@ -63,6 +63,23 @@ DNS_SCHEMA: Final = pa.schema([
 ])
 
 
+#: One egress gateway decision (a forward proxy's log): ``client`` asked for ``host:port``; ``decision`` allow | deny
+#: with its ``reason``; ``bytes`` the volume when the gateway logs one (tinyproxy does not: null).
+GATEWAY_SCHEMA: Final = pa.schema([
+    pa.field("time", TS, nullable=False),
+    pa.field("client", pa.string()),  # canonical address; null when the log tied the decision to no client
+    pa.field("host", pa.string()),
+    pa.field("port", pa.int32()),
+    pa.field("method", pa.string()),
+    pa.field("decision", pa.string(), nullable=False),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("bytes", pa.int64()),
+    pa.field("node", pa.string()),  # the gateway that logged it
+    pa.field("line", pa.int64(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+])
+
+
 @dataclass(frozen=True)
 class EventResult:
     """Events read from one log, plus warnings naming the lines that were skipped."""
@@ -83,4 +100,5 @@ class EventReader(Protocol):
         ...
 
 
-__all__ = ["CONN_SCHEMA", "DECISION_SCHEMA", "DNS_SCHEMA", "EventReader", "EventResult", "TelemetryError"]
+__all__ = ["CONN_SCHEMA", "DECISION_SCHEMA", "DNS_SCHEMA", "GATEWAY_SCHEMA", "EventReader", "EventResult",
+           "TelemetryError"]

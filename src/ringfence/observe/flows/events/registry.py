@@ -8,6 +8,7 @@ from typing import Final
 from ringfence.observe.flows.events.conntrack import ConntrackReader
 from ringfence.observe.flows.events.dnsmasq import DnsmasqReader
 from ringfence.observe.flows.events.interface import EventReader, TelemetryError
+from ringfence.observe.flows.events.tinyproxy import TinyproxyReader
 from ringfence.observe.flows.events.ulogd import UlogdReader
 
 #: name → factory of its reader; the names are also the file stems the collectors write (``ulogd.json``…).
@@ -15,6 +16,7 @@ READERS: Final[dict[str, Callable[[], EventReader]]] = {
     "ulogd": UlogdReader,
     "conntrack": ConntrackReader,
     "dnsmasq": DnsmasqReader,
+    "tinyproxy": TinyproxyReader,  # an egress gateway's log: only where one runs (not in every host's FILES)
 }
 
 
