@@ -46,6 +46,20 @@ def policy_variant(change: Callable[[dict[str, Any]], None]) -> Policy:
     return parse_policy(json.dumps(doc, default=str), "<variant>")
 
 
+def with_gateway(d: dict[str, Any]) -> None:
+    """Make a lab policy document route replication through an egress gateway on mgmt (port 8888), as
+    ``ringfence.lab.policy_text.render_policy(..., egress_gateway=True)`` does (direct replication kept)."""
+    for n in d["nodes"]:
+        if n["name"] == "mgmt":
+            n["roles"] = [*n.get("roles", []), "egress-gateway"]
+    d["services"].append({"name": "egress-gateway", "node": "mgmt", "port": 8888, "class": "replication",
+                          "application": "http-proxy"})
+    d["approved"] += [{"id": "replication-via-gateway", "from": {"node": "storage"},
+                       "to": {"service": "egress-gateway"}, "class": "replication"},
+                      {"id": "egress-gateway-replication", "from": {"node": "mgmt"},
+                       "to": {"service": "replica-sink"}, "class": "replication"}]
+
+
 def flows(rows: Sequence[dict[str, Any]]) -> pa.Table:
     """An observed flow table: each row gives at least src, dst, dport; defaults fill the rest."""
     t0 = datetime(2026, 11, 30, 10, 0, 0, 123456, tzinfo=UTC)

@@ -148,6 +148,8 @@ def _load_facts(kind: str, paths: Sequence[str], content: Sequence[bytes]) -> tu
         value: object = tuple(r for lo in loaded for r in lo.value)
     elif kind in ("traces", "drills"):
         value = tuple(lo.value for lo in loaded)  # one per sample (allowed, denied) / per scenario, judged together
+    elif kind == "gateway":
+        value = tuple(r for lo in loaded for r in lo.value)  # every gateway's decisions, judged together
     elif kind == "bench":
         value = {"comparisons": [lo.value for lo in loaded]}  # one per layer (canary) compared
     elif len(loaded) == 1:

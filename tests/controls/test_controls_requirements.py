@@ -17,15 +17,22 @@ import pyarrow as pa
 import pytest
 from ctl_kit import NOW, TAKEN, by_control, facts_for
 
-from flow_kit import EXT, JUMP, MGMT, STORAGE, USER, W0, W1, policy_variant
+from flow_kit import EXT, JUMP, MGMT, STORAGE, USER, W0, W1, policy_variant, with_gateway
 from ringfence.controls.interface import Facts, Finding, ProbeResult, Verdict, aggregate
 from ringfence.controls.registry import REGISTRY
 from ringfence.controls.requirements import enforce_requirements
 from ringfence.drill.interface import Attempt, Bystander, DrillReport
 from ringfence.policy.model import DRILL_SCENARIOS
 
-# the lab policy, asking for every incident scenario to be drilled (so the drills' requirement is walked too)
-POLICY = policy_variant(lambda d: d.update(incident_drills={"scenarios": list(DRILL_SCENARIOS)}))
+
+def _variant(d: dict[str, Any]) -> None:
+    # every incident scenario must be drilled, and egress goes through a gateway on mgmt (so the requirements
+    # the policy asks for only then — drills, the gateway's records — are walked too)
+    d["incident_drills"] = {"scenarios": list(DRILL_SCENARIOS)}
+    with_gateway(d)
+
+
+POLICY = policy_variant(_variant)
 AUX = "10.77.1.50"
 
 FLOWS = [
@@ -35,7 +42,14 @@ FLOWS = [
     {"src": USER, "dst": MGMT, "dport": 8000, "protection": "encrypted", "protocol": "tls1.3"},
     {"src": JUMP, "dst": MGMT, "dport": 22, "protection": "encrypted", "protocol": "ssh"},
     {"src": STORAGE, "dst": EXT, "dport": 9000, "protection": "encrypted", "protocol": "tls1.3"},
+    {"src": STORAGE, "dst": MGMT, "dport": 8888, "protection": "encrypted", "protocol": "tls1.3"},
+    {"src": MGMT, "dst": EXT, "dport": 9000, "protection": "encrypted", "protocol": "tls1.3"},
 ]
+
+# the egress gateway's own record of storage's replication (tinyproxy's decisions, as facts.gateway gives them)
+GATEWAY_LOG = ({"time": TAKEN.isoformat(), "client": STORAGE, "host": EXT, "port": 9000, "method": "CONNECT",
+                "decision": "allow", "reason": "established", "bytes": None, "node": None, "line": 3,
+                "source": "tinyproxy.log"},)
 
 
 def _deny(dst: str, port: int) -> ProbeResult:
@@ -117,7 +131,8 @@ def complete() -> Facts:
     """Facts that prove every requirement of every control (built once: Facts is frozen)."""
     if not _COMPLETE:
         _COMPLETE.append(facts_for(POLICY, FLOWS, probes=PROBES, ruleset=RULESET, keys=KEYS, changes=CHANGES,
-                                   containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES, drills=DRILLS))
+                                   containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES, drills=DRILLS,
+                                   gateway=GATEWAY_LOG))
     return _COMPLETE[0]
 
 
@@ -174,7 +189,7 @@ BREAKS: dict[str, Callable[[Facts, str], Facts]] = {
     "undated": _undated,
     "from the future": lambda f, name: dataclasses.replace(f, taken={**f.taken, name: NOW + timedelta(days=2)}),
 }
-CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment", "drills")
+CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment", "drills", "gateway")
 
 CASES = [
     (cid, req.id, fact, how)

@@ -21,7 +21,7 @@ from ringfence.errors import InputError
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
                 "keys": "keys", "bench": "bench", "attestation": "attestation", "traces": "traces",
-                "drills": "drills"}
+                "drills": "drills", "gateway_logs": "gateway"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -94,6 +94,8 @@ def register(sub: Any) -> None:
     p.add_argument("--containment", nargs="+", metavar="FILE", help="containment reports from `ringfence contain -o`")
     p.add_argument("--drill", dest="drills", action="append", metavar="FILE",
                    help="an incident drill report from `ringfence drill run SCENARIO -o` (repeat: one per scenario)")
+    p.add_argument("--gateway-log", dest="gateway_logs", action="append", metavar="FILE",
+                   help="the egress gateway's access log (tinyproxy), when the policy routes egress through one")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
     p.add_argument("--attestation", metavar="FILE",
                    help="node attestation verdicts and fabric probes from `ringfence attest verify --probe -o`")

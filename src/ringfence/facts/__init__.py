@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from ringfence.facts import attestation, bench, changes, containment, drills, keys, probes, ruleset, traces
+from ringfence.facts import attestation, bench, changes, containment, drills, gateway, keys, probes, ruleset, traces
 from ringfence.facts.interface import MAX_DEPTH, FactsFileError, Loaded
 
 #: Facts field → loader of one or more files of that kind.
@@ -24,6 +24,7 @@ LOADERS: Final[dict[str, Callable[..., Loaded]]] = {
     "attestation": attestation.load,
     "traces": traces.load,
     "drills": drills.load,
+    "gateway": gateway.load,
 }
 
 
