@@ -69,7 +69,8 @@ class DuckEngine:
             # Never fetch an extension from the network behind the user's back (s3:// needs httpfs
             # installed beforehand); an assurance tool talks to nothing it was not told to.
             self._con.execute("SET autoinstall_known_extensions = false")
-            threads = threads_for(limit, _threads() or os.cpu_count() or 1)
+            # the cores this process may run on (a container's or taskset's share), not the machine's
+            threads = threads_for(limit, _threads() or len(os.sched_getaffinity(0)))
             self._con.execute(f"SET threads = {threads}")
         except duckdb.Error as exc:
             self._spill.remove()

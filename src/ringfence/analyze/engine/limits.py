@@ -45,14 +45,20 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*|%)\s*$", re.IGNORECASE)
 
 
+#: Where a container's memory limit is read: cgroup v2, then v1 ("max" or a huge number mean none).
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def machine_memory() -> int:
-    """Bytes of memory this process can have: physical memory, capped by a cgroup v2 limit if set."""
+    """Bytes of memory this process can have: physical memory, capped by a cgroup limit if one is set."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        return total
-    return min(total, int(raw)) if raw.isdigit() else total
+    for path in _CGROUP_LIMITS:
+        try:
+            raw = Path(path).read_text().strip()
+        except OSError:
+            continue
+        return min(total, int(raw)) if raw.isdigit() else total
+    return total
 
 
 def parse_size(text: str, where: str) -> int:
