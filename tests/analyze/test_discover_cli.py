@@ -105,3 +105,20 @@ def test_engine_flag(inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]
         main([*base, "--engine", "postgres"])
     assert exc.value.code == 2
     assert "unknown engine 'postgres'" in capsys.readouterr().err
+
+
+def test_memory_flags(inputs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["discover", str(inputs["conn"]), "--inventory", str(inputs["inventory"]), "-q"]
+    spill = inputs["dir"] / "spill"
+    assert main([*base, "--memory-limit", "256MB", "--spill-dir", str(spill)]) == 0
+    assert "train-a-collective" in capsys.readouterr().out
+    assert spill.is_dir() and not any(spill.iterdir())  # each connection's spill directory was removed
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--memory-limit", "lots"])
+    assert exc.value.code == 2
+    assert "--memory-limit" in (err := capsys.readouterr().err) and "not a memory size" in err
+    blocker = inputs["dir"] / "a-file"
+    blocker.write_text("x")
+    assert main([*base, "--spill-dir", str(blocker)]) == 2
+    err = capsys.readouterr().err
+    assert "--spill-dir" in err and str(blocker) in err and "Traceback" not in err

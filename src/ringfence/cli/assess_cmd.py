@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.cli._lazy import OneOf
-from ringfence.cli.engine_arg import add_engine_argument  # --engine (issue 12)
+from ringfence.cli.engine_arg import add_engine_argument, engine_spec  # --engine (issue 12)
 from ringfence.errors import InputError
 
 # The assessment (DuckDB, pyarrow, the controls) is imported inside _run, never while the parser is
@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
             jobs = load_jobs([Path(p) for p in args.jobs]).spans()
         result = assess(Path(args.policy), [Path(p) for p in args.captures], store_dir=store, output=output,
-                        formats=formats, progress=progress, fact_files=files, engine=args.engine, jobs=jobs)
+                        formats=formats, progress=progress, fact_files=files, engine=engine_spec(args), jobs=jobs)
     print_summary(result.assessment, Console(file=sys.stdout))
     for path in result.reports:
         err.print(f"wrote {path}")
@@ -106,7 +106,7 @@ def register(sub: Any) -> None:
                         "flows are attributed to the job and user holding each node at the time")
     p.add_argument("--allow-unknown", action="store_true",
                    help="exit 0 even when controls are not proven (printed loudly; default: exit 3)")
-    add_engine_argument(p)  # --engine duckdb|spark[=URL] (issue 12)
+    add_engine_argument(p)  # --engine duckdb|spark[=URL], --memory-limit, --spill-dir (issue 12)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)
 

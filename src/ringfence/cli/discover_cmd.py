@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ringfence.cli.engine_arg import add_engine_argument
+from ringfence.cli.engine_arg import add_engine_argument, engine_spec
 
 if TYPE_CHECKING:
     from ringfence.analyze.discover import Proposal
@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         assume_rendezvous=None if args.no_assume_rendezvous else TORCH_MASTER_PORT,
     )
     flows = read_flow_inputs(args.captures, progress=not args.quiet)
-    proposal = discover(flows, inventory, options, engine=args.engine)
+    proposal = discover(flows, inventory, options, engine=engine_spec(args))
     header = [
         f"Proposed by `ringfence discover` from {proposal.flows} flows of: {', '.join(map(str, args.captures))}",
         f"Inventory: {args.inventory}. Review the flagged flows at the end of `approved:` before use.",

@@ -1,7 +1,9 @@
-"""``ringfence probe POLICY --target lab [-o probes.json] [--ruleset FILE] [--changes FILE] [--via-ssh NODE]``.
+"""``ringfence probe POLICY --target lab [-o probes.json] [--plan auto|pairs|classes] [--sample N] [--ruleset FILE] …``.
 
 Proves both sides of a policy on a running target: every approved flow connects (and answers), every
 denied path between zones is dropped *by policy* (its own drop counter moved, on a port that listens).
+At fleet scale (``--plan classes``, or ``auto`` from 200 nodes) one sampled probe class per (source zone or
+job, destination class, verdict) replaces all pairs; the sample size per class is printed and recorded.
 Exit 0 when every expected behaviour was shown, 1 when any was not, 2 on bad input.
 """
 
@@ -33,6 +35,11 @@ def _probe(args: argparse.Namespace) -> int:
 
     if args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, not {args.timeout}")
+    if args.sample is not None and args.sample < 1:
+        raise InputError("--sample", f"must be at least 1, not {args.sample}")
+    mode = args.plan or ("classes" if args.sample is not None else "auto")
+    if args.sample is not None and mode == "pairs":
+        raise InputError("--sample", "samples probe classes; it does not go with --plan pairs")
     if args.via_ssh and args.target != "lab":
         raise InputError("--via-ssh", "is for the lab; with --target ssh every node is reached over SSH already")
     policy = load_policy(args.policy)
@@ -50,7 +57,8 @@ def _probe(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(f"probe: {msg}", file=sys.stderr)
 
-    run = probe_policy(policy, points, store, target=target, timeout=args.timeout, progress=say)
+    run = probe_policy(policy, points, store, target=target, timeout=args.timeout, progress=say, mode=mode,
+                       sample=args.sample)
     doc = probes_document(run.results, target=target, evidence=run.evidence)
     if args.output:
         write_json(args.output, doc)
@@ -84,6 +92,12 @@ def register(sub: Any) -> None:
     p.add_argument("--via-ssh", action="append", metavar="NODE",
                    help="run NODE's probes and rule reads over OpenSSH from the jump host (repeatable)")
     p.add_argument("--timeout", type=float, default=1.5, help="seconds before a probe counts as timed out")
+    p.add_argument("--plan", choices=("auto", "pairs", "classes"), default=None,
+                   help="pairs: every approved flow, zone pair x sensitive port and job x other job's collective; "
+                        "classes: each (source zone or job, destination class, verdict) once, sampled; "
+                        "auto (default): pairs below 200 nodes, classes from 200 on")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="probes per class with the class plan (default 2; implies --plan classes)")
     p.add_argument("--store", "--evidence", dest="store",
                    help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
     p.set_defaults(func=_probe)

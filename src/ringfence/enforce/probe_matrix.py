@@ -372,12 +372,14 @@ def gather_listening(executors: Mapping[str, Executor], nodes: Collection[str]) 
 
 def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], store: EvidenceStore, *,
                target: str, listening: Mapping[str, frozenset[int] | None] | None = None,
-               timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None) -> ProbeRun:
+               timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None,
+               plan_record: Mapping[str, Any] | None = None) -> ProbeRun:
     """Run ``plan`` through ``points`` (node name → executor, plus ``fabric``), prove the denials, record it all.
 
     ``listening`` (node → ports) is read again from every destination when not given. One observation
     record (source ``enforce.probe``) holds every result and the counters that moved; each result's
-    ``evidence`` names it.
+    ``evidence`` names it. ``plan_record`` (how the probes were chosen: for a class plan, every class and
+    its sample size) is kept in it under ``plan``.
     """
     say = progress or (lambda _msg: None)
     started = time.monotonic()
@@ -401,6 +403,7 @@ def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], 
                    for i, (r, p) in enumerate(zip(results, plan.probes, strict=True))],
         "skipped": list(plan.skipped), "listening": {n: list(v) if v is not None else None for n, v in listed.items()},
         "failures": sum(1 for r in results if behaviour_failed(r)),
+        "plan": dict(plan_record) if plan_record is not None else {"mode": "pairs"},
     }
     ev = str(store.append(RecordKind.OBSERVATION, SOURCE, f"target {target}", data))
     final = tuple(dataclasses.replace(r, evidence=(ev,)) for r in results)
@@ -409,18 +412,43 @@ def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], 
 
 def probe_policy(policy: Policy, points: Mapping[str, Executor], store: EvidenceStore, *, target: str,
                  timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None,
-                 extra: Sequence[ProbeSpec] = ()) -> ProbeRun:
-    """Read what listens, plan the matrix of ``policy`` (plus ``extra`` probes), run and prove it."""
+                 extra: Sequence[ProbeSpec] = (), mode: str = "pairs", sample: int | None = None) -> ProbeRun:
+    """Read what listens, plan the matrix of ``policy`` (plus ``extra`` probes), run and prove it.
+
+    ``mode`` (:class:`~ringfence.enforce.probe_classes.PlanMode`): ``pairs`` plans all pairs (:func:`plan_probes`),
+    ``classes`` one sampled class per (source zone or job, destination class, verdict) with ``sample`` probes
+    each, ``auto`` picks by the size of the inventory. The plan and each class's sample size are printed
+    through ``progress`` and recorded with the results.
+    """
+    # Imported here: probe_classes builds on this module's ProbeSpec and ProbePlan.
+    from ringfence.enforce.probe_classes import (
+        DEFAULT_SAMPLE,
+        PlanMode,
+        class_probe_plan,
+        class_record,
+        describe,
+        resolve_mode,
+    )
+
     say = progress or (lambda _msg: None)
+    chosen = resolve_mode(PlanMode(mode), policy)
     nodes = [n.name for n in policy.nodes]
     say(f"reading listening ports on {len(nodes)} node(s)")
     listening = gather_listening(points, nodes)
-    plan = plan_probes(policy, {n: v for n, v in listening.items() if v is not None},
-                       sources=[n for n in nodes if n in points])
+    seen = {n: v for n, v in listening.items() if v is not None}
+    record: dict[str, Any] | None = None
+    if chosen is PlanMode.CLASSES:
+        plan, fleet = class_probe_plan(policy, seen, sample=sample or DEFAULT_SAMPLE)
+        record = class_record(fleet)
+        for line in describe(fleet):
+            say(line)
+    else:
+        plan = plan_probes(policy, seen, sources=[n for n in nodes if n in points])
+        say(f"plan: all pairs, {len(plan.probes)} probe(s)")
     if extra:
         plan = ProbePlan(plan.probes + tuple(extra), plan.skipped)
     return run_probes(policy, plan, points, store, target=target, listening=listening, timeout=timeout,
-                      progress=progress)
+                      progress=progress, plan_record=record)
 
 
 __all__ = [

@@ -2,7 +2,8 @@
 
 Everything per-flow in :mod:`ringfence.analyze` is SQL over Arrow tables (or Parquet datasets) that
 runs here unchanged — the SQL is written in DuckDB's dialect. DuckDB streams Parquet and spills
-aggregates to disk, so memory stays bounded on inputs larger than the machine's memory.
+aggregates and sorts to disk; every connection is opened with a memory limit and its own spill directory
+(:mod:`ringfence.analyze.engine.limits`), so memory stays bounded on inputs larger than the machine's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from ringfence.analyze.engine.interface import AnalyzeError, EngineKind, EngineSpec
+from ringfence.analyze.engine.limits import SpillDir, duckdb_size, memory_limit, threads_for
 from ringfence.errors import InputError
 
 
@@ -42,21 +44,42 @@ def parquet_glob(path: str | Path) -> str:
 
 
 class DuckEngine:
-    """An in-memory DuckDB connection (see :class:`~ringfence.analyze.engine.interface.Engine`)."""
+    """An in-memory DuckDB connection, bounded in memory and spilling to its own directory (see
+    :class:`~ringfence.analyze.engine.interface.Engine`)."""
 
     def __init__(self, spec: EngineSpec | None = None) -> None:
         self._spec = spec or EngineSpec(EngineKind.DUCKDB)
         self._parquet: dict[str, str] = {}
+        limit = memory_limit(self._spec.memory_limit)
+        self._spill = SpillDir(self._spec.spill_dir)
+        #: The memory limit this connection runs under (bytes).
+        self.memory_limit = limit
         try:
-            self._con = duckdb.connect(database=":memory:")
+            # Set at connect, before anything is allocated: a limit set later applies to a pool already in use.
+            self._con = duckdb.connect(
+                database=":memory:",
+                config={
+                    "memory_limit": duckdb_size(limit),
+                    "temp_directory": str(self._spill.path),
+                },
+            )
+            # DuckDB draws a progress bar on stdout for a query over ~2 s; stdout carries ringfence's
+            # machine output (JSON, YAML), so the bar would corrupt it. (A session option, not a config one.)
+            self._con.execute("SET enable_progress_bar = false")
             # Never fetch an extension from the network behind the user's back (s3:// needs httpfs
             # installed beforehand); an assurance tool talks to nothing it was not told to.
             self._con.execute("SET autoinstall_known_extensions = false")
-            threads = _threads()
-            if threads:
-                self._con.execute(f"SET threads = {threads}")
+            # the cores this process may run on (a container's or taskset's share), not the machine's
+            threads = threads_for(limit, _threads() or len(os.sched_getaffinity(0)))
+            self._con.execute(f"SET threads = {threads}")
         except duckdb.Error as exc:
+            self._spill.remove()
             raise AnalyzeError(f"cannot start the analytical engine: {exc}") from exc
+
+    @property
+    def spill_dir(self) -> Path:
+        """Where this connection spills (removed when it closes)."""
+        return self._spill.path
 
     @property
     def spec(self) -> EngineSpec:
@@ -108,14 +131,19 @@ class DuckEngine:
             raise AnalyzeError(f"cannot read flow input: {exc}", hint="check the path and that it is Parquet") from exc
         except duckdb.OutOfMemoryException as exc:
             raise AnalyzeError(
-                f"the analytical engine ran out of memory: {exc}", hint="set RINGFENCE_THREADS=1 or split the input"
+                f"the analytical engine ran out of memory under its limit of {duckdb_size(self.memory_limit)}: {exc}",
+                hint="raise --memory-limit (or RINGFENCE_DUCKDB_MEMORY), or set RINGFENCE_THREADS=1: "
+                "each thread holds its own buffers",
             ) from exc
         except duckdb.Error as exc:
             raise AnalyzeError(f"flow analysis failed: {exc}") from exc
 
     def close(self) -> None:
-        """Close the connection."""
-        self._con.close()
+        """Close the connection and remove its spill directory."""
+        try:
+            self._con.close()
+        finally:
+            self._spill.remove()
 
     def _execute(self, sql: str, path: str) -> None:
         try:

@@ -35,10 +35,17 @@ DEFAULT_SPARK_MASTER = "local[2]"
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """Which engine, and for Spark where its master is (``local[N]``, ``spark://host:7077``, ``yarn``)."""
+    """Which engine, and for Spark where its master is (``local[N]``, ``spark://host:7077``, ``yarn``).
+
+    ``memory_limit`` (bytes) and ``spill_dir`` bound a DuckDB connection (``--memory-limit``,
+    ``--spill-dir``); None takes the defaults of :mod:`ringfence.analyze.engine.limits`. Spark sizes
+    its memory from its own configuration and ignores both.
+    """
 
     kind: EngineKind = EngineKind.DUCKDB
     master: str | None = None
+    memory_limit: int | None = None
+    spill_dir: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> EngineSpec:
