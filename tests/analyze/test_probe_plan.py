@@ -91,3 +91,14 @@ def test_fleet_scale_plan_stays_proportional_to_classes() -> None:
     assert len(plan.probes) == len(plan.classes) < groups * len(dests) * 2
     cross = [c for c in plan.classes if c.group == "job:job1" and c.destination == "collective of job job2"]
     assert [c.verdict for c in cross] == ["deny"]
+
+
+def test_probes_come_only_from_reachable_nodes_and_an_unreachable_class_is_said() -> None:
+    everyone = plan_fleet_probes(POLICY, sample=2, seed=1)
+    reachable = {"worker-0", "mgmt", "jump", "storage"}  # worker-1, aux, user, external have no executor
+    some = plan_fleet_probes(POLICY, sample=2, seed=1, reachable=reachable)
+    assert all(p.source in reachable for c in some.classes for p in c.probes)
+    assert {c.sources for c in some.classes} <= {c.sources for c in everyone.classes}  # counts stay whole
+    # the user zone has only the user node: none of its classes can be probed, and the plan says so
+    assert not [c for c in some.classes if c.group == "zone:user"]
+    assert any(s.startswith("zone:user") and "can be reached" in s for s in some.skipped)

@@ -23,7 +23,7 @@ another node). Nothing here runs a probe: :mod:`ringfence.enforce.probe_matrix` 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -138,12 +138,14 @@ def _classes(plan: Plan) -> dict[str, tuple[int, int]]:
 
 
 def plan_fleet_probes(
-    policy: Policy, *, sample: int = 1, seed: int = 0, listening: Mapping[str, frozenset[int]] | None = None
+    policy: Policy, *, sample: int = 1, seed: int = 0, listening: Mapping[str, frozenset[int]] | None = None,
+    reachable: Collection[str] | None = None,
 ) -> FleetPlan:
     """The probe classes of ``policy`` with up to ``sample`` probes each (see the module docstring).
 
     ``listening`` (node → listening TCP ports) picks each job's rendezvous port; without it the port is
-    assumed and the class says so.
+    assumed and the class says so. ``reachable``: the nodes a probe can be run from (those with an
+    executor); a class's sample is drawn from them only, and a class with none of them is skipped, said.
     """
     if sample < 1:
         raise ValueError("sample must be at least 1")
@@ -178,6 +180,9 @@ def plan_fleet_probes(
             by_sc.setdefault(node_cls[m][0], []).append(m)
         for nodes in by_sc.values():
             rng.shuffle(nodes)  # each class then takes the next nodes of this order: samples rotate
+        # a class counts all its sources but samples only those a probe can run from (the lists are shared
+        # when every node is reachable: a zone of thousands of nodes is not copied)
+        pick = by_sc if reachable is None else {sc: [m for m in ns if m in reachable] for sc, ns in by_sc.items()}
         cursors = dict.fromkeys(by_sc, 0)
         for (dc, bucket, seg), (services, on, assumed) in dinfo.items():
             # verdict → the source nodes (kept as the per-class lists: a zone of 8,000 nodes is not copied)
@@ -187,9 +192,12 @@ def plan_fleet_probes(
                 verdicts.setdefault(rule, []).append(sc)
             first = services[0]
             for rule, scs in verdicts.items():
-                probes = _sample(scs, by_sc, cursors, services, on, sample)
+                probes = _sample(scs, pick, cursors, services, on, sample)
                 if not probes:
-                    skipped.append(f"{group} → {first.label}: the only sources are the destination nodes")
+                    unreached = reachable is not None and not any(pick[c] for c in scs)
+                    skipped.append(f"{group} → {first.label}: " + (
+                        "no source node of the class can be reached to probe from" if unreached
+                        else "the only sources are the destination nodes"))
                     continue
                 classes.append(
                     ProbeClass(
@@ -225,7 +233,7 @@ def _sample(
     classes at fleet scale must not each copy or scan a zone of thousands of nodes."""
     chosen: list[str] = []
     looked = dict.fromkeys(scs, 0)  # nodes of each source class looked at in this call
-    active = list(scs)
+    active = [sc for sc in scs if by_sc[sc]]  # a source class none of whose nodes can be probed from gives none
     while active and len(chosen) < k:
         still: list[int] = []
         for sc in active:

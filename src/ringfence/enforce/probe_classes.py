@@ -15,7 +15,7 @@ to :data:`CLASSES_FROM` nodes, ``classes`` beyond, where all pairs stop being ru
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -47,7 +47,8 @@ def resolve_mode(mode: PlanMode, policy: Policy) -> PlanMode:
 
 
 def class_probe_plan(
-    policy: Policy, listening: Mapping[str, frozenset[int]], *, sample: int = DEFAULT_SAMPLE, seed: int = 0
+    policy: Policy, listening: Mapping[str, frozenset[int]], *, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+    reachable: Collection[str] | None = None,
 ) -> tuple[ProbePlan, FleetPlan]:
     """The sampled class plan of ``policy`` as the matrix's probes, and the fleet plan behind it.
 
@@ -56,7 +57,7 @@ def class_probe_plan(
     """
     if sample < 1:
         raise InputError("--sample", f"must be at least 1, not {sample}")
-    fleet = plan_fleet_probes(policy, sample=sample, seed=seed, listening=listening)
+    fleet = plan_fleet_probes(policy, sample=sample, seed=seed, listening=listening, reachable=reachable)
     apps = {(s.node, s.port_range[0]): s.application for s in policy.services}
     probes: list[ProbeSpec] = []
     skipped = list(fleet.skipped)

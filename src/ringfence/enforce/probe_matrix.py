@@ -438,7 +438,8 @@ def probe_policy(policy: Policy, points: Mapping[str, Executor], store: Evidence
     seen = {n: v for n, v in listening.items() if v is not None}
     record: dict[str, Any] | None = None
     if chosen is PlanMode.CLASSES:
-        plan, fleet = class_probe_plan(policy, seen, sample=sample or DEFAULT_SAMPLE)
+        plan, fleet = class_probe_plan(policy, seen, sample=sample or DEFAULT_SAMPLE,
+                                       reachable={n for n in nodes if n in points})
         record = class_record(fleet)
         for line in describe(fleet):
             say(line)
