@@ -323,8 +323,13 @@ def test_the_object_server_serves_a_jobs_prefix_to_its_ranks_only(tmp_path: Path
         assert get("127.0.0.1", "/datasets/train-a/shard-0") == 200  # the node's TLS gate, which decided already
         assert get("127.0.0.4", "/datasets/train-c/shard-0") == 403  # a job nobody owns is nobody's
         rows = parse_object_log(log.read_text())
-        assert [(r["peer"], r["job"]) for r in rows] == [("127.0.0.2", "train-a"), ("127.0.0.4", "train-c")]
-        assert refusals(rows, ["127.0.0.2"], "train-a", time.time() - 60)
+        # every object request is on the record, with its peer, job, result and size (a served read too)
+        assert [(r["peer"], r["job"], r["result"]) for r in rows] == [
+            ("127.0.0.2", "train-b", "served"), ("127.0.0.2", "train-a", "refused"), ("127.0.0.3", "train-a", "served"),
+            ("127.0.0.1", "train-a", "served"), ("127.0.0.4", "train-c", "refused")]
+        assert all(r["bytes"] > 0 for r in rows if r["result"] == "served")
+        assert [r["peer"] for r in refusals(rows, ["127.0.0.2", "127.0.0.3"], "train-a", time.time() - 60)] == [
+            "127.0.0.2"]
     finally:
         proc.terminate()
         proc.wait(10)

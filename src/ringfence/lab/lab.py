@@ -278,11 +278,12 @@ class Lab:
         replica = f"{self._scheme('storage')}://{topo.address('external')}:9000"
         # with the egress gateway running, replication leaves through it (CONNECT), as the policy then approves
         via = ["--replica-proxy", f"{topo.address(GATEWAY_NODE)}:{GATEWAY_PORT}"] if self.egress_gateway else []
-        # each job's objects are served to its own ranks only; refusals are the object server's telemetry
+        # each job's objects are served to its own ranks only; every access (served or refused) is the object
+        # server's telemetry
         owners = [a for j in topo.jobs for a in ("--owner", f"{j.name}={','.join(topo.address(m) for m in j.members)}")]
         refusals = telemetry.point_dir(self.telemetry_dir, "storage") / deploy.OBJECT_LOG
         self._agent("storage", "storage", "service", ["--port", "8080", "--replica-url", replica, *owners,
-                                                      "--refusal-log", str(refusals), *via])
+                                                      "--object-log", str(refusals), *via])
         self._agent("mgmt", "mgmt", "service", ["--port", "8000"])
         self._agent("external", "replica", "service", ["--port", "9000"])
         self._spawn("mgmt", "mgmt-sshd", "service", sshd.sshd_argv(ssh_dir))

@@ -6,10 +6,13 @@ queues it for replication to ``--replica-url`` (``PUT <replica-url>/replica/<job
 
 With ``--owner JOB=ADDR[,ADDR…]`` (the lab passes one per job) a job's prefixes (``/datasets/JOB/``,
 ``/checkpoints/JOB/``) are served only to that job's ranks, by the peer's address (the address the
-fabric delivered the connection from, after its anti-spoofing rules); any other peer gets 403, and
-each refusal is one JSON line in ``--refusal-log`` (time, peer, identity, method, path, owner job) —
-the object server's own telemetry. A network rule cannot tell one job's objects from another's on a
-port both jobs may reach; this can.
+fabric delivered the connection from, after its anti-spoofing rules); any other peer gets 403. A
+network rule cannot tell one job's objects from another's on a port both jobs may reach; this can.
+
+``--object-log FILE`` (also ``--refusal-log``) is the object server's own telemetry: one JSON line per
+object request — time, peer, identity (the TLS peer's, when it has one), method, path, job, ``result``
+(``served`` or ``refused``) and the bytes read or written. The file is bounded: past
+:data:`OBJECT_LOG_MAX` bytes it moves to ``FILE.1`` (the one before is dropped) and starts again.
 """
 
 from __future__ import annotations
@@ -63,7 +66,24 @@ class Store:
     outbox: queue.Queue[tuple[str, str, bytes]] = field(default_factory=queue.Queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
     owners: dict[str, frozenset[str]] = field(default_factory=dict)  # job → its ranks' addresses
-    refusal_log: Path | None = None
+    object_log: Path | None = None
+
+    def record(self, rec: dict[str, object]) -> None:
+        """Append one access record to the object log (rotated past :data:`OBJECT_LOG_MAX`); OSError escapes."""
+        if self.object_log is None:
+            return
+        with self.lock:
+            try:
+                if self.object_log.stat().st_size > OBJECT_LOG_MAX:
+                    self.object_log.replace(self.object_log.with_name(self.object_log.name + ".1"))
+            except FileNotFoundError:
+                pass
+            with self.object_log.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+
+#: the object log's size before it is rotated (a lab's ranks read a shard every step)
+OBJECT_LOG_MAX = 32 << 20
 
 
 def parse_owners(values: list[str]) -> dict[str, frozenset[str]]:
@@ -90,18 +110,21 @@ class StorageHandler(Handler):
         if not store.owners or peer in _LOOPBACK or (owners is not None and peer in owners):
             return False
         self.server.status.count("foreign_refused")
-        rec = {"time": time.time(), "peer": peer, "identity": peer_identity(self.connection),
-               "method": self.command, "path": self.path, "job": job, "result": "refused"}
-        if store.refusal_log is not None:
-            try:
-                with store.refusal_log.open("a") as f:
-                    f.write(json.dumps(rec) + "\n")
-            except OSError as exc:
-                self.server.status.error("refusal_log", exc)
+        self._log(job, "refused", 0)
         sys.stderr.write(f"refused {self.command} {self.path} from {peer}: not an owner of job {job}\n")
         # logged before the answer: whoever is refused, the refusal is already on the record
         self.reply_json(403, {"error": f"objects of job {job} are not served to {peer}"})
         return True
+
+    def _log(self, job: str, result: str, size: int) -> None:
+        """One record of this request in the object log (a failure to write is counted, never fatal)."""
+        rec: dict[str, object] = {"time": time.time(), "peer": self.client_address[0],
+                                  "identity": peer_identity(self.connection), "method": self.command,
+                                  "path": self.path, "job": job, "result": result, "bytes": size}
+        try:
+            self.server.state.record(rec)
+        except OSError as exc:
+            self.server.status.error("object_log", exc)
 
     def do_GET(self) -> None:
         """Dataset shards, and a health check."""
@@ -117,7 +140,9 @@ class StorageHandler(Handler):
                 return
             if self._foreign(parts[1]):
                 return
-            self.reply(200, make_shard(parts[1], n), "application/x-ndjson")
+            shard = make_shard(parts[1], n)
+            self._log(parts[1], "served", len(shard))  # on the record before the answer, as a refusal is
+            self.reply(200, shard, "application/x-ndjson")
             self.server.status.count("shards_served")
             return
         self.reply_json(404, {"error": "not found"})
@@ -138,6 +163,7 @@ class StorageHandler(Handler):
         store.outbox.put((job, name, data))
         self.server.status.count("checkpoints_stored")
         self.server.status.count("checkpoint_bytes", len(data))
+        self._log(job, "served", len(data))
         self.reply_json(201, {"stored": f"{job}/{name}", "bytes": len(data)})
 
 
@@ -163,13 +189,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="replicate through this egress gateway (HTTP CONNECT), not straight out")
     p.add_argument("--owner", action="append", default=[], metavar="JOB=ADDR[,ADDR...]",
                    help="serve JOB's datasets and checkpoints only to these peers (repeatable)")
-    p.add_argument("--refusal-log", type=Path, help="append one JSON line per refused request here")
+    p.add_argument("--object-log", "--refusal-log", dest="object_log", type=Path,
+                   help="append one JSON line per object request (served or refused) here")
     args = p.parse_args(argv)
     try:
         owners = parse_owners(args.owner)
     except ValueError as exc:
         p.error(str(exc))
-    store = Store(owners=owners, refusal_log=args.refusal_log)
+    store = Store(owners=owners, object_log=args.object_log)
 
     def start_replication(status: Status, stop: threading.Event) -> None:
         if args.replica_url:
