@@ -25,7 +25,7 @@ def test_cli_noop_canary_on_loopback(tmp_path: Path, capsys: pytest.CaptureFixtu
     state, evid = str(tmp_path / "ro.json"), str(tmp_path / "evidence")
     common = ["--state", state, "--evidence", evid]
     assert main(["rollout", "plan", *common, "--pair", "n0,n1", "--layer", "noop", "--target", "local",
-                 "--sizes", "1M,2M", "--warmup", "1", "--iters", "5", "--repeats", "3", "--busbw-loss", "5"]) == 0
+                 "--sizes", "1M", "--warmup", "1", "--iters", "5", "--repeats", "3", "--busbw-loss", "5"]) == 0
     assert main(["rollout", "advance", *common, "--step", "3"]) == 2  # out of order
     assert main(["rollout", "advance", *common]) == 2  # step 1 without its action
     for step in ("1", "2"):
@@ -46,7 +46,7 @@ def test_cli_noop_canary_on_loopback(tmp_path: Path, capsys: pytest.CaptureFixtu
 @pytest.mark.slow
 def test_slowed_canary_fails_and_fleet_is_refused(tmp_path: Path) -> None:
     store = EvidenceStore.open(tmp_path / "evidence")
-    spec = BenchSpec(sizes=(1 << 20, 2 << 20), warmup=1, iterations=5, repeats=3, timeout_s=120)
+    spec = BenchSpec(sizes=(1 << 20,), warmup=1, iterations=5, repeats=3, timeout_s=120)
     bench = AllReduceBenchmarker(spec, lambda nodes: local_ranks(list(nodes)))
     layer = SlowTestLayer()
     ro = Rollout.plan(tmp_path / "ro.json", pair=["n0", "n1"], layer=layer.name, evidence=store, fleet=["n2"])

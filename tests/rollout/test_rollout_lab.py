@@ -40,7 +40,9 @@ from ringfence.secure.layers.runtime import StateStore
 MiB = 1 << 20
 PAIR = ("worker-0", "worker-1")
 # Tiny on purpose: wireguard-go moves ~0.03 GB/s of gloo here, and the machine has 2 shared cores.
-SPEC = BenchSpec(sizes=(MiB, 4 * MiB), warmup=1, iterations=8, repeats=3, timeout_s=240.0)
+# one message size: the gate judges each size on its own, and wireguard-go's loss is far beyond noise at any
+# (a second, larger size doubled the two canaries' share of CI without adding a different answer)
+SPEC = BenchSpec(sizes=(MiB,), warmup=1, iterations=8, repeats=3, timeout_s=240.0)
 
 
 @dataclass

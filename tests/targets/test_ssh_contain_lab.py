@@ -94,7 +94,7 @@ def test_a_rank_whose_progress_cannot_be_read_is_unobserved_not_stopped(ssh_lab:
 
     before = steps_of(cluster.agent_status())
     got = training_progress(lambda: steps_of(cluster.agent_status()), ["worker-0", "worker-1"], [], before,
-                            wait=30.0)
+                            wait=5.0)  # worker-1 is never read: the wait always runs out, its length proves nothing
     assert got["others_training"] is None and got["unobserved"] == ["worker-1"]
 
 
