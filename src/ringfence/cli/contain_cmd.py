@@ -37,22 +37,8 @@ def _collectors(policy: Any, names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _control_addresses(points: Any, nodes: Any) -> list[str]:
-    """The address each subject node sees our SSH sessions come from (``$SSH_CONNECTION``'s first field)."""
-    out: list[str] = []
-    for node in nodes:
-        if node not in points:
-            continue
-        res = points[node].run(["sh", "-c", 'printf %s "$SSH_CONNECTION"'], timeout=30)
-        fields = res.stdout.decode(errors="replace").split()
-        if res.returncode != 0 or not fields:
-            raise InputError("--target", f"{node}: cannot tell which address this control host reaches it from")
-        out.append(str(ipaddress.ip_address(fields[0])))
-    return list(dict.fromkeys(out))
-
-
 def _contain(args: argparse.Namespace) -> int:
-    from ringfence.enforce.contain import contain, release, resolve_subject
+    from ringfence.enforce.contain import contain, control_addresses, release, resolve_subject
     from ringfence.enforce.facts import write_json
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
@@ -95,7 +81,7 @@ def _contain(args: argparse.Namespace) -> int:
         # ringfence acts on the contained node through SSH from this control host: isolating it from the
         # control host too would cut the containment off half-way, so its address stays reachable — kept,
         # not a collector: the policy approves no path to it that a probe could show
-        keep = [a for a in _control_addresses(points, subject.nodes) if a not in collectors]
+        keep = [a for a in control_addresses(points, subject.nodes) if a not in collectors]
         print(f"contain: the control host {', '.join(keep) or '(a collector)'} stays reachable "
               "(it drives the containment)", file=sys.stderr)
 

@@ -7,8 +7,7 @@ not a host of the site), on SSH it is the host named ``fabric``, like every othe
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,25 +59,10 @@ def moved(before: Mapping[str, Mapping[DeniedKey, int]], after: Mapping[str, Map
     return out
 
 
-def control_addresses(pts: Mapping[str, Executor], nodes: Sequence[str]) -> list[str]:
-    """The address each of ``nodes`` sees this control host's SSH sessions come from (they must stay reachable
-    while the node is contained, or the containment is cut off half-way)."""
-    out: list[str] = []
-    for node in nodes:
-        if node not in pts:
-            continue
-        res = pts[node].run(["sh", "-c", 'printf %s "$SSH_CONNECTION"'], timeout=30)
-        fields = res.stdout.decode(errors="replace").split()
-        if res.returncode != 0 or not fields:
-            raise DrillError(f"{node}: cannot tell which address this control host reaches it from")
-        out.append(str(ipaddress.ip_address(fields[0])))
-    return list(dict.fromkeys(out))
-
-
 def capture_path(result: Any, fallback: Path) -> Path:
     """The pcap a cluster's ``capture`` wrote (the lab and a site both answer with ``.path``)."""
     path = getattr(result, "path", None)
     return Path(path) if path is not None else fallback
 
 
-__all__ = ["address", "capture_path", "control_addresses", "moved", "named", "points"]
+__all__ = ["address", "capture_path", "moved", "named", "points"]

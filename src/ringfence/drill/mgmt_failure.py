@@ -39,6 +39,7 @@ from ringfence.enforce.contain import (
     ContainError,
     ContainmentReport,
     contain,
+    control_addresses,
     release,
     resolve_subject,
     verify,
@@ -150,7 +151,7 @@ class ManagementPlaneFailure:
 
         collectors: tuple[str, ...] = ()
         if site.kind == "ssh":  # the control host drives the containment over SSH: it must stay reachable
-            collectors = tuple(_site.control_addresses(pts, subject.nodes))
+            collectors = tuple(control_addresses(pts, subject.nodes))
             notes.append(f"the control host ({', '.join(collectors)}) stays reachable from {suspect}: it drives "
                          "the containment")
         report: ContainmentReport | None = None

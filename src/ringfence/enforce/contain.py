@@ -19,6 +19,7 @@ must keep stepping (``steps`` counters read from the target, never from the susp
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -186,6 +187,21 @@ def _families(scope: str) -> tuple[str, ...]:
 
 def _elements(op: str, family: str, name: str, elems: Sequence[str]) -> dict[str, Any]:
     return {op: {"element": {"family": family, "table": TABLE, "name": name, "elem": list(elems)}}}
+
+
+def control_addresses(points: Mapping[str, Executor], nodes: Sequence[str]) -> list[str]:
+    """The address each of ``nodes`` sees this control host's SSH sessions come from (``$SSH_CONNECTION``'s
+    first field): it must stay reachable while the node is contained, or the containment is cut off half-way."""
+    out: list[str] = []
+    for node in nodes:
+        if node not in points:
+            continue
+        res = points[node].run(["sh", "-c", 'printf %s "$SSH_CONNECTION"'], timeout=30)
+        fields = res.stdout.decode(errors="replace").split()
+        if res.returncode != 0 or not fields:
+            raise ContainError(f"{node}: cannot tell which address this control host reaches it from")
+        out.append(str(ipaddress.ip_address(fields[0])))
+    return list(dict.fromkeys(out))
 
 
 def containment_points(subject: Subject, points: Mapping[str, Executor]) -> list[str]:
@@ -550,6 +566,7 @@ __all__ = [
     "containment_plan",
     "fabric_check",
     "containment_points",
+    "control_addresses",
     "isolate",
     "proven_points",
     "release",
