@@ -117,6 +117,25 @@ class Sampler:
         return int(self.samples[index][1].get(worker, {}).get(counter, 0))
 
 
+#: How long a rotation waits for the job to be steady before it rotates anyway (and says so).
+_STEADY_WAIT = 15.0
+
+
+def _failures(sampler: Sampler, workers: tuple[str, ...], first: int, last: int) -> int:
+    """Storage/management request failures of ``workers`` between samples ``first`` and ``last``."""
+    return sum(sampler.value(w, c, last) - sampler.value(w, c, first) for w in workers for c in _WORKER_FAILS)
+
+
+def _steady(sampler: Sampler, workers: tuple[str, ...]) -> bool:
+    """Whether every worker has read a shard since its latest request failure (all samples so far)."""
+    for w in workers:
+        fails = [t for c in _WORKER_FAILS for t in sampler.progress_times(w, c)]
+        reads = sampler.progress_times(w, "shards_read")
+        if not reads or (fails and max(reads) <= max(fails)):
+            return False
+    return True
+
+
 def max_gap(times: list[float], start: float, end: float) -> float:
     """The longest stretch of ``[start, end]`` with no progress time of ``times`` in it."""
     points = [start, *[t for t in times if start < t < end], end]
@@ -131,6 +150,14 @@ def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Call
     """Run ``act`` (the rotations) while sampling the job; wait until it stepped and checkpointed after."""
     with Sampler(watch, workers) as sampler:
         time.sleep(2.0)  # a baseline of steps before the rotation: a measurement period, not a wait for an event
+        # A job still recovering from what came before (a layer just enabled: a request sent on the old path
+        # fails only at its timeout) would lay its failures on the rotation: wait, bounded, until every rank
+        # has read a shard since its last failure, and count only what fails after the rotation began.
+        steady_by = time.time() + _STEADY_WAIT
+        while not _steady(sampler, workers) and time.time() < steady_by:
+            time.sleep(0.2)
+        settling = _failures(sampler, workers, 0, -1)
+        mark = len(sampler.samples) - 1
         t_rot = time.time()
         act()
         t_done = time.time()
@@ -146,7 +173,7 @@ def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Call
     baseline = statistics.median(before) if before else 0.0
     stall = max(max_gap(steps[w], t_rot, t_end) for w in workers)
     storage_stall = max(max_gap(sampler.progress_times(w, "shards_read"), t_rot, t_end) for w in workers)
-    failures = sum(sampler.value(w, c, -1) - sampler.value(w, c, 0) for w in workers for c in _WORKER_FAILS)
+    failures = _failures(sampler, workers, mark, -1)
     failed_steps = sum(sampler.value(w, "allreduce_failed", -1) for w in workers)
     ckpt_after = all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
     steps_after = all(any(t > t_done for t in steps[w]) for w in workers)
@@ -154,6 +181,11 @@ def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Call
     job = (f"job {'survived' if survived else 'FAILED'}: steps after rotation {steps_after}, checkpoints after "
            f"{ckpt_after}, all-reduce failures {failed_steps}; longest step gap {stall:.2f}s (baseline "
            f"{baseline:.2f}s), {failures} storage/management request failures")
+    if failures:
+        errors = {w: watch.agent_status().get(f"{w}-worker", {}).get("last_error") for w in workers}
+        job += " (latest: " + "; ".join(f"{w}: {e}" for w, e in errors.items() if e) + ")"
+    if settling:
+        job += f"; {settling} failed before the rotation, while the job settled (not counted)"
     return Observed(t_rot, t_done, True, survived, stall, baseline, storage_stall, failures, failed_steps, job)
 
 
