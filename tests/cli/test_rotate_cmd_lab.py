@@ -23,7 +23,7 @@ from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 from ringfence.secure.rotation_facts import latest_keys_facts
 
-pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")

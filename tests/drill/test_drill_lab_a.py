@@ -24,7 +24,7 @@ from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.lab.state import read_state
 from ringfence.observe.flows.events.tinyproxy import TinyproxyReader
 
-pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")

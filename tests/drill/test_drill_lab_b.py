@@ -27,7 +27,7 @@ from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.secure.layers import tls_run
 
-pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,8 @@ PAIR = ("worker-0", "worker-1")
 # one message size: the gate judges each size on its own, and wireguard-go's loss is far beyond noise at any
 # (a second, larger size doubled the two canaries' share of CI without adding a different answer)
 SPEC = BenchSpec(sizes=(MiB,), warmup=1, iterations=8, repeats=3, timeout_s=240.0)
+# Every test here measures all-reduce bandwidth: no other lab may run beside them.
+pytestmark = pytest.mark.alone
 
 
 @dataclass

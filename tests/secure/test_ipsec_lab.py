@@ -29,7 +29,7 @@ from ringfence.secure import drills, drills_ipsec, pki, verify
 from ringfence.secure.layers import ipsec_run
 from ringfence.secure.layers.runtime import StateStore
 
-pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
 REPO = Path(__file__).resolve().parents[2]
 

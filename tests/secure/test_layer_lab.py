@@ -22,7 +22,7 @@ from ringfence.secure import drills, verify
 from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
 
-pytestmark = [pytest.mark.privileged, pytest.mark.slow]
+pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
 CLASSES = ("storage", "collective", "management", "replication")
 
