@@ -1,12 +1,22 @@
 """What a rotation lays on itself: request failures from before it began (a job still settling after a
-layer was enabled) are not its failures; those after it are, and the ranks' latest errors say what they were."""
+layer was enabled) are not its failures; those after it are, and the ranks' latest errors say what they were.
+And the IPsec rotation's judgement, with each fact it reads taken away in turn."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from ringfence.controls.interface import Verdict
+from ringfence.secure import rotation
+from ringfence.secure.layers import ipsec_run
+from ringfence.secure.layers.ipsec_certs import Listing, LoadedCert, LoadedCrl
+from ringfence.secure.layers.ipsec_sas import ChildSa, IkeSa
 from ringfence.secure.rotation import _observe
+from ringfence.secure.verify_types import RotationResult
 
 
 class _Job:
@@ -47,3 +57,72 @@ def test_failures_after_the_rotation_began_are_counted_and_named() -> None:
                    lambda: job.fails.update({time.time() - job.t0 + 0.2: "shard_failed"}))
     assert obs.failures == 1, obs.job
     assert "worker-0: shard: TimeoutError" in obs.job and "before the rotation" not in obs.job, obs.job
+
+
+# --- the IPsec rotation's judgement, each of its facts taken away in turn ---------------------------------
+
+
+class _State:
+    def __init__(self) -> None:
+        self.nodes = {"ipsec": ["worker-0", "worker-1"]}
+
+
+class _Store:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def read(self) -> _State:
+        return _State()
+
+
+class _Charon:
+    def __init__(self, listing: Listing, sas: tuple[IkeSa, ...]) -> None:
+        self.listing, self.found = listing, sas
+
+    def certs(self) -> Listing:
+        return self.listing
+
+    def sas(self) -> tuple[IkeSa, ...]:
+        return self.found
+
+
+class _Site:
+    name = "rfunit"
+
+
+OLD = {"worker-0": 11, "worker-1": 21}
+NEW = {"worker-0": 12, "worker-1": 22}
+
+
+def _judge(monkeypatch: pytest.MonkeyPatch, *, crl: frozenset[int] = frozenset(OLD.values()),
+           own: dict[str, int] | None = None, carried: int = 4096) -> RotationResult:
+    own = own or NEW
+    child = ChildSa("rf-worker-0-worker-1", 7, 1, "INSTALLED", "TUNNEL-in-UDP", "ESP:AES_GCM_16-256",
+                    bytes_in=carried, bytes_out=carried)
+    sas = (IkeSa("rf-worker-0-worker-1", 5, "ESTABLISHED", children=(child,)),)
+    charons = {n: _Charon(Listing((LoadedCert(f"CN=spiffe://lab/node/{n}", own[n], own=True),),
+                                  (LoadedCrl("CN=ringfence CA lab", crl),)), sas) for n in OLD}
+    monkeypatch.setattr(rotation, "StateStore", _Store)
+    monkeypatch.setattr(ipsec_run, "node_handle", lambda site, n: charons[n])
+    monkeypatch.setattr(ipsec_run, "forget_retired", lambda site: None)
+    rot = tuple(ipsec_run.IpsecRotated(n, f"sha256:{OLD[n]}", f"sha256:{NEW[n]}", Path("/nonexistent"), OLD[n],
+                                       NEW[n]) for n in OLD)
+    obs = rotation.Observed(0.0, 1.0, True, True, 0.5, 0.4, 0.5, 0, 0, "job survived")
+    return rotation.ROTATORS["ipsec"].judge(_Site(), rot, obs)  # type: ignore[arg-type]
+
+
+def test_ipsec_rotation_passes_on_every_fact(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _judge(monkeypatch)
+    assert r.verdict is Verdict.PASS and r.old_refused and r.new_in_use, r.detail
+
+
+@pytest.mark.parametrize(("taken", "kwargs"), [
+    ("an old serial missing from the CRL", {"crl": frozenset({11})}),
+    ("no CRL revoking anything", {"crl": frozenset()}),
+    ("a node still on its old certificate", {"own": {"worker-0": 11, "worker-1": 22}}),
+    ("the new SA carried nothing", {"carried": 0}),
+])
+def test_ipsec_rotation_never_passes_with_a_fact_taken_away(monkeypatch: pytest.MonkeyPatch, taken: str,
+                                                            kwargs: dict[str, Any]) -> None:
+    r = _judge(monkeypatch, **kwargs)
+    assert r.verdict is Verdict.FAIL, (taken, r.detail)

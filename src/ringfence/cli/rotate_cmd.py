@@ -58,7 +58,7 @@ def _rotate(args: argparse.Namespace) -> int:
 def register_rotate(esub: Any) -> None:
     """Add ``encrypt rotate`` to the ``encrypt`` subcommands."""
     s = esub.add_parser("rotate", help="rotate a layer's credentials under load; record it as key facts")
-    s.add_argument("--layer", required=True, help="tls | wireguard (the layers with a live rotation)")
+    s.add_argument("--layer", required=True, help="tls | wireguard | ipsec (the layers with a live rotation)")
     s.add_argument("--nodes", help="nodes whose credentials to rotate, comma-separated (default: all of the layer)")
     s.add_argument("--settle", type=float, default=4.0, help="seconds the job must keep stepping after it")
     s.add_argument("--evidence", help="evidence store (default: $RINGFENCE_EVIDENCE or .ringfence/evidence)")

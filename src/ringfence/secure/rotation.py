@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ringfence.controls.interface import Verdict
 from ringfence.policy import Policy
-from ringfence.secure.layers import tls_run, wireguard_run
+from ringfence.secure.layers import ipsec_run, tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import StateStore
 from ringfence.secure.verify_types import RotationResult
@@ -257,10 +257,62 @@ def _judge_wg(site: Site, rot: tuple[Any, ...], obs: Observed) -> RotationResult
     return _result("wireguard", nodes, obs, new_in_use, refused, detail, old, new, obs.t_rot)
 
 
+# --- IPsec ----------------------------------------------------------------------------------------
+
+
+def _rotate_ipsec(site: Site, policy: Policy, nodes: Sequence[str] | None, evidence: Any) -> tuple[Any, ...]:
+    return ipsec_run.rotate_ipsec(site, evidence=evidence, nodes=nodes)
+
+
+def _judge_ipsec(site: Site, rot: tuple[Any, ...], obs: Observed) -> RotationResult:
+    """New certificates authenticate every tunnel of a rotated node; the old ones are revoked in every charon.
+
+    "Refused" is read from what each node's charon holds: the CRL it loaded revokes every old serial, and no
+    charon's own credential is an old certificate. That charon then refuses a revoked certificate is behaviour the
+    fail-closed drill (``verify keys``) proves on the wire; this rotation, scheduled under load, does not stop
+    the collective to show it again.
+    """
+    nodes = [r.node for r in rot]
+    old_serials = {r.old_serial for r in rot}
+    new_serials = {r.new_serial for r in rot}
+    try:
+        tunnelled = sorted(StateStore(site.name).read().nodes.get(ipsec_run.LAYER, []))
+        listings = {n: ipsec_run.node_handle(site, n).certs() for n in tunnelled}
+        # the tunnels with a rotated end, each read at its initiator (the lower-named end)
+        ends = {ipsec_run.conn_name(a, b): a for a in tunnelled for b in tunnelled
+                if a < b and (a in nodes or b in nodes)}
+        sas = {t: ipsec_run.node_handle(site, a).sas() for t, a in ends.items()}
+    finally:
+        ipsec_run.forget_retired(site)
+    holding_old = sorted(n for n, li in listings.items() if {c.serial for c in li.certs if c.own} & old_serials)
+    not_revoking = sorted(n for n, li in listings.items() if not old_serials <= li.revoked())
+    missing_new = sorted(n for n in nodes if not {c.serial for c in listings[n].certs if c.own} & new_serials)
+    # each tunnel with a rotated end: an IKE SA up now whose CHILD SA carried the job's traffic (watched), on
+    # certificates issued by this rotation (the old ones were cleared from every charon before it came up)
+    carried = {t: any(s.name == t and s.state == "ESTABLISHED" and any(
+        c.bytes_in + c.bytes_out > 0 or not obs.watched for c in s.installed()) for s in found)
+        for t, found in sas.items()}
+    refused = not holding_old and not not_revoking
+    new_in_use = not missing_new and not holding_old and all(carried.values()) and bool(carried)
+    idle = [t for t, ok in carried.items() if not ok]
+    detail = "; ".join([
+        f"{len(rot)} certificates re-issued and the old ones revoked", obs.job,
+        f"tunnels reauthenticated and carrying traffic: {len(carried) - len(idle)} of {len(carried)}"
+        + (f" (not: {', '.join(idle)})" if idle else ""),
+        "old serials in every node's loaded CRL" if not not_revoking
+        else f"old serials NOT in the loaded CRL of {', '.join(not_revoking)}",
+        f"an old certificate still held by: {', '.join(holding_old) or 'none'}",
+        *([f"no new certificate loaded on {', '.join(missing_new)}"] if missing_new else []),
+    ])
+    return _result("ipsec", nodes, obs, new_in_use, refused, detail, {r.old_fingerprint for r in rot},
+                   {r.new_fingerprint for r in rot}, obs.t_done)
+
+
 #: layer → its rotation. One explicit place; a layer that can rotate on the live path adds itself here.
 ROTATORS: Mapping[str, Rotator] = {
     "tls": Rotator("tls", _rotate_tls, _judge_tls),
     "wireguard": Rotator("wireguard", _rotate_wg, _judge_wg),
+    "ipsec": Rotator("ipsec", _rotate_ipsec, _judge_ipsec),
 }
 
 

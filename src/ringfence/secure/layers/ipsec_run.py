@@ -46,6 +46,7 @@ from ringfence.secure.layers.ipsec import (
     libipsec_swanctl_conf,
     strict_ruleset,
 )
+from ringfence.secure.layers.ipsec_certs import Listing, parse_certs
 from ringfence.secure.layers.ipsec_sas import IkeSa, parse_sas
 from ringfence.secure.layers.runtime import NftTable, Runtime, StateStore
 from ringfence.targets import ops
@@ -115,6 +116,10 @@ class Node:
     def sas(self) -> tuple[IkeSa, ...]:
         """The IKE SAs (with their CHILD SAs) of this node's charon."""
         return parse_sas(self.swanctl("--list-sas"))
+
+    def certs(self) -> Listing:
+        """The end-entity certificates and the CRLs this node's charon holds now."""
+        return parse_certs(self.swanctl("--list-certs"))
 
     def put_credential(self, cdir: Path, crl: bytes) -> None:
         """Write certificate, CA, CRL and the key (0600) into this node's swanctl directory."""
@@ -358,11 +363,14 @@ class IpsecRotated:
     old_fingerprint: str
     new_fingerprint: str
     retired: Path
+    old_serial: int
+    new_serial: int
 
 
 def rotate_ipsec(site: Site, *, lifetime: timedelta | None = None, evidence: EvidenceStore | None = None,
-                 timeout: float = 40.0) -> tuple[IpsecRotated, ...]:
-    """Re-issue every node's certificate, revoke the old ones and reauthenticate every tunnel, make-before-break.
+                 timeout: float = 40.0, nodes: Iterable[str] | None = None) -> tuple[IpsecRotated, ...]:
+    """Re-issue every node's certificate (or those of ``nodes``), revoke the old ones and reauthenticate every
+    tunnel they are an end of, make-before-break.
 
     Per node a new key and certificate from the cluster CA; the old certificate is revoked and the new CRL
     goes to every node. Each tunnel's initiator then establishes a *new* IKE SA (authenticated with the
@@ -372,11 +380,16 @@ def rotate_ipsec(site: Site, *, lifetime: timedelta | None = None, evidence: Evi
     store = StateStore(site.name)
     rt = Runtime(site, store)
     info = enabled_info(site)
-    nodes = sorted(store.read().nodes.get(LAYER, []))
+    tunnelled = sorted(store.read().nodes.get(LAYER, []))
+    chosen = set(tunnelled) if nodes is None else set(nodes)
+    unknown = sorted(chosen - set(tunnelled))
+    if unknown:
+        raise LayerError(f"{', '.join(unknown)} is not in the IPsec mesh on {site.name}",
+                         hint=f"tunnelled: {', '.join(tunnelled)}")
     life = lifetime or timedelta(seconds=int(str(info.get("lifetime_s", 86400))))
     pdir = pki_dir(store)
     out: list[IpsecRotated] = []
-    for n in nodes:
+    for n in sorted(chosen):
         cdir = cred_dir(store, n)
         retired = store.directory / "retired-ipsec" / n
         retired.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -386,29 +399,34 @@ def rotate_ipsec(site: Site, *, lifetime: timedelta | None = None, evidence: Evi
         old = pki.show(retired / "cert.pem")
         new = pki.issue(pdir, str(old.identity), lifetime=life, out_dir=cdir).info
         pki.revoke(pdir, retired / "cert.pem")
-        out.append(IpsecRotated(n, old.fingerprint, new.fingerprint, retired))
+        out.append(IpsecRotated(n, old.fingerprint, new.fingerprint, retired, old.serial, new.serial))
     crl = pki.crl(pdir)
-    handles = {n: Node(rt, n) for n in nodes}
+    handles = {n: Node(rt, n) for n in tunnelled}
     before = {n: h.sas() for n, h in handles.items()}
     for n, h in handles.items():
-        h.put_credential(cred_dir(store, n), crl)
+        h.put_credential(cred_dir(store, n), crl)  # every node: the CRL; a rotated node also its new credential
         h.swanctl("--load-creds", "--clear")  # else the old certificate stays loaded beside the new
         h.swanctl("--load-conns")  # the connections hold the certificate they were loaded with
-    old_ids = {t: {s.uniqueid for s in before[a] if s.name == t} for t, a in initiators(site).items()}
-    for tunnel, node in initiators(site).items():
+    # every tunnel with a rotated end is reauthenticated; the others keep their SA (their certificates stand)
+    tunnels = {conn_name(a, b): a for a, b in _pairs(tunnelled) if a in chosen or b in chosen}
+    old_ids = {t: {s.uniqueid for s in before[a] if s.name == t} for t, a in tunnels.items()}
+    for tunnel, node in tunnels.items():
         handles[node].swanctl("--initiate", "--child", tunnel, timeout=timeout)
-    wait_established(site, nodes, timeout=timeout, exclude=old_ids)
-    for tunnel, node in initiators(site).items():
+    wait_established(site, tunnelled, timeout=timeout, exclude=old_ids)
+    for tunnel, node in tunnels.items():
         for uid in sorted(old_ids[tunnel]):
             # the peer may have closed it already (a new IKE SA of the same identities replaces it): then it is gone
             res = handles[node].attempt("--terminate", "--ike-id", str(uid), timeout=timeout)
             if res.returncode != 0 and b"no matching SAs" not in res.stdout + res.stderr:
                 why = res.stderr.decode(errors="replace")
                 raise LayerError(f"cannot close the old IKE SA {uid} of {tunnel}: {why}")
-    left = {t: {s.uniqueid for s in handles[n].sas() if s.name == t} & old_ids[t] for t, n in initiators(site).items()}
+    left = {t: {s.uniqueid for s in handles[n].sas() if s.name == t} & old_ids[t] for t, n in tunnels.items()}
     if any(left.values()):
         raise LayerError(f"old IKE SAs still up after the rotation: {left}")
-    fps = {r.node: r.new_fingerprint for r in out}
+    for h in handles.values():  # nor any peer's old certificate, cached from the IKE SAs just closed
+        h.swanctl("--flush-certs")
+    prior = info.get("fingerprints")
+    fps = {**(prior if isinstance(prior, dict) else {}), **{r.node: r.new_fingerprint for r in out}}
     st = store.read()
     store.update(info={**st.info, "ipsec": {**info, "fingerprints": fps}})
     if evidence is not None:
