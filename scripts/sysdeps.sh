@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 want() { command -v "$1" >/dev/null 2>&1 || need+=("$2"); }
 want ip iproute2
+want ethtool ethtool            # NIC offload facts (recommend --gather)
 want nft nftables
 want tcpdump tcpdump
 want tshark tshark

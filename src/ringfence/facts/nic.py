@@ -21,7 +21,7 @@ from pydantic import AwareDatetime
 
 from ringfence.facts.interface import Loaded, Strict, parse
 
-__all__ = ["NIC_FORMAT", "NicCaps", "NicDoc", "capabilities", "load"]
+__all__ = ["NIC_FORMAT", "NicCaps", "NicDoc", "capabilities", "load", "unreadable"]
 
 NIC_FORMAT = "ringfence.nic/1"
 HINT = ("gather per node: ethtool -k IFACE; ip -d link show IFACE; devlink port function show (or "
@@ -29,21 +29,25 @@ HINT = ("gather per node: ethtool -k IFACE; ip -d link show IFACE; devlink port 
 
 
 class NicNode(Strict):
-    """One node's tool outputs (any may be empty: not gathered)."""
+    """One node's tool outputs (any may be empty: not gathered); ``error``: the node could not be asked, so
+    nothing of it is known; ``notes``: what the gatherer could not read (a tool not installed)."""
 
     node: str
     interface: str = ""
     ethtool_k: str = ""
     ip_link: str = ""
     devlink: str = ""
+    error: str = ""
+    notes: list[str] = []
 
 
 class NicDoc(Strict):
-    """The NIC facts file."""
+    """The NIC facts file (``target``: where ``ringfence recommend --gather`` read it, when it did)."""
 
     format: Literal["ringfence.nic/1"]
     taken: AwareDatetime
     nodes: list[NicNode]
+    target: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,4 +89,12 @@ def capabilities(node: NicNode) -> NicCaps:
 def load(path: str | Path, data: bytes | None = None) -> Loaded:
     """``{node: NicCaps}`` and when the outputs were gathered; ``data``: the file's bytes, if already read."""
     doc = parse(path, NicDoc, "NIC capability facts", HINT, fmt=NIC_FORMAT, data=data)
-    return Loaded("nic", str(path), {n.node: capabilities(n) for n in doc.nodes}, doc.taken)
+    # a node that could not be asked has no capabilities, not "none": it is left out, so the recommendation
+    # says it has no facts for it
+    return Loaded("nic", str(path), {n.node: capabilities(n) for n in doc.nodes if not n.error}, doc.taken)
+
+
+def unreadable(path: str | Path, data: bytes | None = None) -> dict[str, str]:
+    """``{node: why}`` for each node of the file that could not be asked."""
+    doc = parse(path, NicDoc, "NIC capability facts", HINT, fmt=NIC_FORMAT, data=data)
+    return {n.node: n.error for n in doc.nodes if n.error}
