@@ -160,6 +160,7 @@ def test_a_reconstructed_trace_loaded_as_facts_proves_the_read(tmp_path: Path) -
     doc = tmp_path / "trace-read.json"
     doc.write_text(reconstruct(tel, POLICY, "allowed", objects="served").model_dump_json())
     loaded = trace_facts.load(doc)
+    assert loaded.taken is not None
     # judged now: the trace was reconstructed now, not at the fixed time of the hand-made facts
     facts = dataclasses.replace(complete(), traces=(loaded.value, TRACES[1]), now=datetime.now(UTC),
                                 taken={**complete().taken, "traces": loaded.taken})
