@@ -280,8 +280,12 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
     ``objects``: only a flow that carried an object request of that result (a dataset read the server
     served, or one it refused), joined from the object server's log."""
     nodes = {a: n.name for n in policy.nodes for a in n.addresses}
-    for best in _pick(tel, sample, spec, nodes, objects):
-        trace = _build(tel, policy, sample, best, store, target, jobs)
+    ranked = _pick(tel, sample, spec, nodes, objects)
+    # keyed once: each candidate tried selects its own rows from the same keyed tables
+    keyed = (tel.decisions.append_column("cid", community_ids(tel.decisions)),
+             tel.conns.append_column("cid", community_ids(tel.conns)) if tel.conns.num_rows else None)
+    for best in ranked:
+        trace = _build(tel, policy, sample, best, keyed, store, target, jobs)
         if objects is None or any(o.result == objects for o in trace.objects):
             return trace
     raise NoSample(f"no {'accepted' if sample == 'allowed' else 'dropped'} flow joins an object request the "
@@ -292,12 +296,14 @@ def _node_of(policy: Policy, address: str) -> str | None:
     return next((n.name for n in policy.nodes if address in n.addresses), None)
 
 
-def _build(tel: Telemetry, policy: Policy, sample: Sample, best: dict[str, Any], store: EvidenceStore | None,
-           target: str | None, jobs: JobSource | None) -> Trace:
-    """One candidate flow, joined with every source."""
+def _build(tel: Telemetry, policy: Policy, sample: Sample, best: dict[str, Any],
+           keyed: tuple[pa.Table, pa.Table | None], store: EvidenceStore | None, target: str | None,
+           jobs: JobSource | None) -> Trace:
+    """One candidate flow, joined with every source (``keyed``: decisions and conntrack records with their
+    Community IDs)."""
     cid = best["cid"]
     notes: list[str] = []
-    same = tel.decisions.append_column("cid", community_ids(tel.decisions))
+    same = keyed[0]
     same = same.filter(pc.fill_null(pc.equal(same.column("cid"), cid), False)) if cid is not None else \
         pa.Table.from_pylist([best])
     if cid is not None:
@@ -310,8 +316,8 @@ def _build(tel: Telemetry, policy: Policy, sample: Sample, best: dict[str, Any],
     first = next(r for r in rows if r["verdict"] == want)
     when: datetime = first["time"]
     conns: list[dict[str, Any]] = []
-    if cid is not None and tel.conns.num_rows:
-        c = tel.conns.append_column("cid", community_ids(tel.conns))
+    if cid is not None and keyed[1] is not None:
+        c = keyed[1]
         c = c.filter(pc.fill_null(pc.equal(c.column("cid"), cid), False))
         conns = [r for r in sorted(c.to_pylist(), key=lambda r: r["time"])
                  if abs((r["time"] - when).total_seconds()) < 3600]
