@@ -141,6 +141,16 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
                 assert main(["trace", "--sample", sample, "--target", "lab", *name, "--evidence", str(store),
                              "-o", str(out)]) == 0
             files["--trace"] = traces[0]
+            # storage_flows' acceptance: a dataset read traced through storage's TLS gate (the object server's
+            # record joined to the flow, the reader's certificate identity), and aux — no member of train-a —
+            # dropped on its way to the same service
+            addr = lab.topology.address
+            for doc, args in (("trace-read.json", ["--sample", "allowed", "--object", "served", "--flow",
+                                                   f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp"]),
+                              ("trace-aux.json", ["--sample", "denied", "--flow",
+                                                  f"{addr('aux')}:*-{addr('storage')}:8080/tcp"])):
+                assert main(["trace", *args, "--target", "lab", *name, "--evidence", str(store), "-o",
+                             str(work / doc)]) == 0, doc
             capture = work / "after.pcap"
             for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
                 before = _steps(lab)
@@ -159,8 +169,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
 
 def _assess(work: Path, policy: Path, capture: Path, files: dict[str, Path], out: str, *, leave_out: str = "") -> Any:
     args = [a for o, f in files.items() if o != leave_out for a in (o, str(f))]
-    if leave_out != "--trace":  # both samples: the denied one beside the allowed one
+    if leave_out != "--trace":  # both samples: the denied one beside the allowed one; the dataset read and aux's
         args += ["--trace", str(files["--trace"]).replace("trace-allowed", "trace-denied")]
+        args += [a for f in ("trace-read.json", "trace-aux.json") for a in ("--trace", str(work / f))]
     store = work / "evidence" if not leave_out else work / f"evidence-{out}"
     main(["assess", str(policy), "--captures", str(capture), "-o", str(work / out), "--store", str(store), "-q",
           *args])

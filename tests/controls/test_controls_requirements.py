@@ -108,12 +108,20 @@ ATTESTATION = {"format": "ringfence-attestation-1", "site": "lab", "generated": 
                            "expected": e, "outcome": o, "verdict": "pass"}
                           for e, o in (("blocked", "timeout"), ("reached", "connected"))]}
 
+#: The allowed trace is a dataset read: the object server's record of it joined to the flow, the reader's
+#: certificate identity proved at storage's TLS gate (storage_flows' permitted side); the denied one is aux —
+#: no member of train-a — dropped on its way to the same service (its denied side).
+READ = {"time": TAKEN.isoformat(), "node": "storage", "method": "GET", "path": "/datasets/train-a/shard-1",
+        "job": "train-a", "result": "served", "bytes": 131072, "identity": "spiffe://lab/job/train-a",
+        "joined": "tls-gate", "source": "storage.objects.json", "line": 7}
 TRACES = tuple(
     {"sample": sample, "attributed": True, "flow": {"src": src, "sport": 41000, "dst": "10.77.2.10", "dport": 8080},
      "decision": {"rule": rule, "verdict": verdict, "policy_version": "ab" * 32},
-     "src": {"node": node}, "dst": {"node": "storage", "dns": "storage.lab"}}
-    for sample, src, node, rule, verdict in (("allowed", "10.77.1.10", "worker-0", "train-a-storage", "accept"),
-                                             ("denied", "10.77.1.50", "aux", None, "drop")))
+     "src": {"node": node, "identity": identity}, "dst": {"node": "storage", "dns": "storage.lab"},
+     "objects": objects}
+    for sample, src, node, rule, verdict, identity, objects in (
+        ("allowed", "10.77.1.10", "worker-0", "train-a-storage", "accept", "spiffe://lab/job/train-a", [READ]),
+        ("denied", "10.77.1.50", "aux", None, "drop", None, [])))
 
 # one passing drill per scenario (issue 14): the attack made, stopped by policy, detected; contained; the
 # bystander job stepping inside its budget throughout

@@ -1,4 +1,5 @@
-"""On the lab: an allowed flow and a denied attempt reconstructed from real ulogd2/conntrack/dnsmasq output."""
+"""On the lab: an allowed flow and a denied attempt reconstructed from real ulogd2/conntrack/dnsmasq output, the
+allowed one joined to the object server's record of the request it carried."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.privileged
 
 
 def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, tmp: Path,
-           after: datetime) -> Trace:
+           after: datetime, objects: str | None = None) -> Trace:
     """Wait (observing the logs, up to 60 s) until a flow decided after ``after`` is in the telemetry, then
     reconstruct it (the session's lab keeps the logs of earlier tests' policies: those are not this one's)."""
     points = lab_points(lab)
@@ -36,7 +37,8 @@ def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, 
         got = collect(points, dirs, tmp / f"{sample}-{time.monotonic_ns()}-{n}")
         try:
             trace = reconstruct(load(got.files), lab.policy(), sample,  # type: ignore[arg-type]
-                                spec=FlowSpec.parse(flow), store=store, target=target)
+                                spec=FlowSpec.parse(flow), store=store, target=target,
+                                objects=objects)  # type: ignore[arg-type]
             if (trace.records or sample == "denied") and datetime.fromisoformat(trace.decision.time) >= after:
                 return trace
         except NoSample:
@@ -66,10 +68,15 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
                          t_apply)
         denied = _trace(lab, store, target, "denied", f"{addr('aux')}:*-{addr('storage')}:8080/tcp", tmp_path,
                         t_apply)
+        # a flow that carried a request the object server served: its access log joined by the 5-tuple
+        read = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path,
+                      t_apply, objects="served")
         # the CLI writes the same reconstruction, from the same logs
         out = tmp_path / "trace.json"
+        page = tmp_path / "trace.html"
         code = main(["trace", "--sample", "denied", "--flow", f"{addr('aux')}:*-{addr('storage')}:8080/tcp",
-                     "--target", "lab", "--name", lab.name, "--evidence", str(tmp_path / "evidence"), "-o", str(out)])
+                     "--target", "lab", "--name", lab.name, "--evidence", str(tmp_path / "evidence"), "-o", str(out),
+                     "--html", str(page)])
     finally:
         rollback(points, store, target=target)
     storage_name = dns_name(lab.topology, "storage")
@@ -93,3 +100,10 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
     doc = json.loads(out.read_text())
     assert doc["decision"]["rule"] is None and doc["decision"]["policy_version"] == applied.version
     assert set(doc["src"]) >= {"node", "job", "user", "identity", "dns"} and doc["src"]["job"] is None
+    assert page.read_text().startswith("<!DOCTYPE html>") and "default drop" in page.read_text()
+    # the object server's own record of the request, on the flow it rode (a shard read or a checkpoint write)
+    served = [o for o in read.objects if o.result == "served"]
+    assert served and all(o.joined == "5-tuple" and o.node == "storage" for o in read.objects)
+    assert served[0].path.startswith(("/datasets/train-a/", "/checkpoints/train-a/")) and served[0].job == "train-a"
+    assert (served[0].bytes or 0) > 0 and read.src.node == "worker-0"
+    assert any(e.where == "objects storage" for e in read.timeline)

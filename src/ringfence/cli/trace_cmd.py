@@ -1,9 +1,13 @@
-"""``ringfence trace --sample allowed|denied [--flow 5-TUPLE] --target lab|ssh -o FILE``.
+"""``ringfence trace --sample allowed|denied [--flow 5-TUPLE] [--object served|refused] --target lab|ssh -o FILE
+[--html PAGE]``.
 
-Collects every enforcement point's telemetry (ulogd decisions, conntrack events, dnsmasq answers)
-through the target's executors, reconstructs one flow end to end and writes the trace JSON; the
-timeline goes to stderr. Exit 0: reconstructed and both ends attributed; 1: an end cannot be
-attributed; 3: no such flow in the telemetry (unknown: the hint says what to run).
+Collects every enforcement point's telemetry (ulogd decisions, conntrack events, dnsmasq answers, the
+object server's access log, the TLS sidecars' connection logs) through the target's executors,
+reconstructs one flow end to end and writes the trace JSON (and, with ``--html``, a self-contained
+HTML timeline); the timeline goes to stderr. ``--object served`` traces a flow that carried a dataset or
+checkpoint request the object server served (``refused``: one it refused). Exit 0: reconstructed and
+both ends attributed; 1: an end cannot be attributed; 3: no such flow in the telemetry (unknown: the hint
+says what to run).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ if TYPE_CHECKING:
     from ringfence.targets.interface import Executor
 
 
-def _sources(args: argparse.Namespace) -> tuple[str, dict[str, Executor], dict[str, str], Policy]:
-    """(target label, point → executor, point → telemetry directory, policy)."""
+def _sources(args: argparse.Namespace) -> tuple[str, str, dict[str, Executor], dict[str, str], Policy]:
+    """(target label, site name, point → executor, point → telemetry directory, policy)."""
     if args.target == "lab":
         from ringfence.lab import Lab
         from ringfence.lab.points import lab_points
@@ -33,40 +37,45 @@ def _sources(args: argparse.Namespace) -> tuple[str, dict[str, Executor], dict[s
 
         lab = Lab.attach(args.name)
         points = lab_points(lab)
-        return (f"lab:{lab.name}", dict(points), {p: str(point_dir(lab.telemetry_dir, p)) for p in points},
-                lab.policy())
+        return (f"lab:{lab.name}", lab.site().name, dict(points),
+                {p: str(point_dir(lab.telemetry_dir, p)) for p in points}, lab.policy())
     from ringfence.cli._targets import points_for, site_for
 
     label, points, _ = points_for(args, precheck=False)
-    _, policy = site_for(args)
-    return label, dict(points), dict.fromkeys(points, args.telemetry_dir), policy
+    site, policy = site_for(args)
+    return label, site.name, dict(points), dict.fromkeys(points, args.telemetry_dir), policy
 
 
 def _run(args: argparse.Namespace) -> int:
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
-    from ringfence.trace.collect import collect
+    from ringfence.trace.collect import collect, sidecar_logs
+    from ringfence.trace.html import render_html
     from ringfence.trace.jobs_file import SpanFile
     from ringfence.trace.reconstruct import FlowSpec, NoSample, load, reconstruct
     from ringfence.trace.timeline import render
 
     spec = FlowSpec.parse(args.flow) if args.flow else None
     jobs = SpanFile(Path(args.jobs)) if args.jobs else None
-    target, points, dirs, policy = _sources(args)
+    target, site, points, dirs, policy = _sources(args)
     store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
+    sidecars, sidecar_problems = sidecar_logs(site, points)
     with tempfile.TemporaryDirectory(prefix="rf-trace-") as tmp:
-        got = collect(points, dirs, Path(tmp))
-        for problem in got.problems:
+        got = collect(points, dirs, Path(tmp), extra=sidecars)
+        for problem in (*sidecar_problems, *got.problems):
             print(f"warning: {problem}", file=sys.stderr)
         tel = load(got.files, [Path(h) for h in args.hubble])
     for w in tel.warnings[:20]:
         print(f"warning: {w}", file=sys.stderr)
     try:
-        trace = reconstruct(tel, policy, args.sample, spec=spec, store=store, target=target, jobs=jobs)
+        trace = reconstruct(tel, policy, args.sample, spec=spec, store=store, target=target, jobs=jobs,
+                            objects=args.object)
     except NoSample as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return 3
     write_atomic(args.output, (json.dumps(trace.model_dump(mode="json"), indent=2) + "\n").encode())
+    if args.html:
+        write_atomic(args.html, render_html(trace).encode())
     print(render(trace), file=sys.stderr)
     return 0 if trace.attributed else 1
 
@@ -77,14 +86,18 @@ def register(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sample", required=True, choices=("allowed", "denied"))
     p.add_argument("--flow", help="SRC:SPORT-DST:DPORT[/PROTO] (SPORT may be *): this flow, not a sample")
+    p.add_argument("--object", choices=("served", "refused"),
+                   help="a flow that carried an object request (dataset read, checkpoint write) the object server "
+                        "served, or refused — joined from its access log")
     add_target_arguments(p)
     p.add_argument("-o", "--output", required=True, help="the trace JSON")
+    p.add_argument("--html", metavar="PAGE", help="also write the timeline as one self-contained HTML page")
     p.add_argument("--evidence", help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
     p.add_argument("--jobs", help="job spans (JSON); without one, job and user are null")
     p.add_argument("--hubble", action="append", default=[], metavar="FILE",
                    help="Hubble flow export(s) (hubble observe -o json) feeding the same decisions")
     p.add_argument("--telemetry-dir", default=DEFAULT_DIR,
-                   help="--target ssh: where each host keeps ulogd.json, conntrack.log, dnsmasq.log")
+                   help="--target ssh: where each host keeps ulogd.json, conntrack.log, dnsmasq.log, objects.json")
     p.set_defaults(func=_run)
 
 

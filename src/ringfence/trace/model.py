@@ -85,6 +85,44 @@ class Change(_Frozen):
     ticket: str | None
 
 
+#: How an object request was tied to the flow: its logged 5-tuple's Community ID (exact); through the TLS gate
+#: in front of the server (the gate's record of the client address, method and path, and time); or, for a log
+#: without ports, by the client's address and time only.
+ObjectJoin = Literal["5-tuple", "tls-gate", "address-time"]
+
+
+class ObjectAccess(_Frozen):
+    """The object server's record of a request that rode on this flow: what was read or written, by whom."""
+
+    time: str
+    node: str | None  # the object server's host
+    method: str
+    path: str
+    job: str | None  # whose objects (the dataset's or checkpoint's job)
+    result: str  # served | refused
+    bytes: int | None
+    identity: str | None  # the client's certificate identity, as the server (or its TLS gate) saw it
+    joined: ObjectJoin
+    source: str
+    line: int
+
+
+class TlsRecord(_Frozen):
+    """A TLS sidecar's record of this flow: the SPIFFE identity the peer's certificate proved there."""
+
+    time: str
+    direction: str  # in: the gate in front of the service; out: the client's sidecar
+    node: str
+    peer: str
+    identity: str | None
+    method: str | None
+    path: str | None
+    result: str  # allowed | denied | refused | error
+    reason: str | None
+    source: str
+    line: int
+
+
 class TimelineEntry(_Frozen):
     """One moment of the reconstruction, oldest first."""
 
@@ -108,7 +146,10 @@ class Trace(_Frozen):
     attributed: bool
     timeline: tuple[TimelineEntry, ...]
     notes: tuple[str, ...]
+    # defaults: traces written before these sources were read still load (they simply joined none)
+    objects: tuple[ObjectAccess, ...] = ()  # object-server requests on this flow (dataset reads, checkpoints)
+    tls: tuple[TlsRecord, ...] = ()  # the TLS sidecars' records of it (where the identities came from)
 
 
-__all__ = ["Change", "Decision", "DecisionState", "Endpoint", "PointDecision", "Record", "Sample",
-           "TimelineEntry", "Trace", "TracedFlow"]
+__all__ = ["Change", "Decision", "DecisionState", "Endpoint", "ObjectAccess", "ObjectJoin", "PointDecision", "Record",
+           "Sample", "TimelineEntry", "TlsRecord", "Trace", "TracedFlow"]

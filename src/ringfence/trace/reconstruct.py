@@ -5,6 +5,8 @@ enforcement point that logged the connection), conntrack's NEW/DESTROY records, 
 name the initiator resolved to the responder's address, latest at or before the flow), the
 scheduler's job on each endpoint's node at that moment (:class:`~ringfence.jobs.interface.JobSource`)
 and the evidence store's apply records (the policy version in force; the change that brought the rule).
+The object server's access log and the TLS sidecars' connection logs add what rode on the flow — the dataset
+object read, its job and bytes — and the SPIFFE identities the certificates proved (:mod:`.join`).
 Hubble flows (``verdict`` FORWARDED / DROPPED with ``drop_reason_desc``) feed the same decisions.
 Selection is vectorised (Arrow): a cluster's logs hold millions of decisions, the trace one flow.
 """
@@ -13,10 +15,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,10 +27,11 @@ from ringfence.errors import InputError, RingfenceError
 from ringfence.evidence import EvidenceStore
 from ringfence.jobs.interface import JobSource
 from ringfence.observe.community_id import community_ids
-from ringfence.observe.flows.events.interface import CONN_SCHEMA, DECISION_SCHEMA, DNS_SCHEMA
+from ringfence.observe.flows.events.interface import CONN_SCHEMA, DECISION_SCHEMA, DNS_SCHEMA, OBJECT_SCHEMA, TLS_SCHEMA
 from ringfence.observe.flows.events.registry import reader
 from ringfence.policy import Policy
 from ringfence.trace import history
+from ringfence.trace.join import LOOPBACK, Window, join
 from ringfence.trace.model import (
     Change,
     Decision,
@@ -48,6 +51,10 @@ _FLOW = re.compile(r"^\[?(?P<src>[0-9A-Fa-f.:]+?)\]?:(?P<sport>[0-9]{1,5}|\*)-\[
 _IDENTITY = pa.field("src_identity", pa.string()), pa.field("dst_identity", pa.string())
 #: DNS answers up to this long after a flow's first packet still count (dnsmasq logs whole seconds).
 DNS_SLACK = timedelta(seconds=1)
+#: ``--object``: trace a flow that carried an object request the server served, or one it refused.
+ObjectResult = Literal["served", "refused"]
+#: Candidates tried, best first, for a flow that carried the asked object request.
+TRIED: Final = 50
 
 
 class NoSample(RingfenceError):
@@ -89,6 +96,8 @@ class Telemetry:
     conns: pa.Table
     dns: pa.Table
     warnings: tuple[str, ...] = ()
+    objects: pa.Table = field(default_factory=OBJECT_SCHEMA.empty_table)  # object-server requests
+    tls: pa.Table = field(default_factory=TLS_SCHEMA.empty_table)  # TLS sidecars' connection records
 
 
 def _with_identity(table: pa.Table) -> pa.Table:
@@ -100,9 +109,11 @@ def _with_identity(table: pa.Table) -> pa.Table:
 
 def load(files: Iterable[tuple[str, str, Path]], hubble: Sequence[Path] = ()) -> Telemetry:
     """Read each ``(point, reader name, path)`` and each Hubble export into one :class:`Telemetry`."""
-    parts: dict[str, list[pa.Table]] = {"ulogd": [], "conntrack": [], "dnsmasq": []}
+    parts: dict[str, list[pa.Table]] = {"ulogd": [], "conntrack": [], "dnsmasq": [], "objects": [], "tls": []}
     warnings: list[str] = []
     for point, name, path in files:
+        if name not in parts:
+            raise InputError(str(path), f"trace reads no {name} log (it reads {', '.join(parts)})")
         res = reader(name).read(path, node=point)
         parts[name].append(res.events)
         warnings += res.warnings
@@ -119,6 +130,8 @@ def load(files: Iterable[tuple[str, str, Path]], hubble: Sequence[Path] = ()) ->
         _micros(pa.concat_tables(parts["conntrack"]) if parts["conntrack"] else CONN_SCHEMA.empty_table()),
         _micros(pa.concat_tables(parts["dnsmasq"]) if parts["dnsmasq"] else DNS_SCHEMA.empty_table()),
         tuple(warnings),
+        _micros(pa.concat_tables(parts["objects"]) if parts["objects"] else OBJECT_SCHEMA.empty_table()),
+        _micros(pa.concat_tables(parts["tls"]) if parts["tls"] else TLS_SCHEMA.empty_table()),
     )
 
 
@@ -150,7 +163,26 @@ def _iso(value: Any) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
-def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[str, str]) -> dict[str, Any]:
+def _object_prior(tel: Telemetry, cand: pa.Table, cids: pa.Array, result: ObjectResult) -> pa.Array:
+    """Whether a candidate may have carried an object request of ``result``: its Community ID is a logged
+    request's, or its initiator is a logged client (directly, or at a TLS gate). Verified when joined."""
+    objs = tel.objects.filter(pc.equal(tel.objects.column("result"), result))
+    ported = objs.filter(pc.and_(pc.is_valid(objs.column("peer_port")), pc.is_valid(objs.column("local"))))
+    tuples = pa.table({"src": ported.column("peer"), "dst": ported.column("local"),
+                       "sport": ported.column("peer_port"), "dport": ported.column("local_port"),
+                       "proto": pa.array([6] * ported.num_rows, pa.uint8())})
+    exact = pc.fill_null(pc.is_in(cids, community_ids(tuples)), False) if ported.num_rows else \
+        pa.array([False] * cand.num_rows)
+    bare = objs.filter(pc.is_null(objs.column("peer_port"))).column("peer")
+    gates = tel.tls.filter(pc.and_(pc.equal(tel.tls.column("direction"), "in"),
+                                   pc.is_valid(tel.tls.column("path")))).column("peer")
+    clients = pc.unique(pa.concat_arrays([bare.combine_chunks(), gates.combine_chunks()]).cast(pa.string()))
+    clients = clients.filter(pc.invert(pc.is_in(clients, pa.array(LOOPBACK))))
+    return pc.or_(exact, pc.fill_null(pc.is_in(cand.column("src"), clients), False))
+
+
+def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[str, str],
+          objects: ObjectResult | None = None) -> list[dict[str, Any]]:
     d = tel.decisions
     want = ["accept"] if sample == "allowed" else ["drop"]
     mask = pc.is_in(d.column("verdict"), pa.array(want))
@@ -178,8 +210,19 @@ def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[
                    pc.add(pc.cast(pc.fill_null(pc.is_in(cids, conn_cids), False), pa.int64()),
                           pc.cast(pc.is_valid(cand.column("rule")), pa.int64())))
     ranked = cand.append_column("cid", cids).append_column("score", score)
-    best: dict[str, Any] = ranked.sort_by([("score", "descending"), ("time", "descending")]).slice(0, 1).to_pylist()[0]
-    return best
+    if objects is not None:
+        prior = _object_prior(tel, cand, cids, objects)
+        ranked = ranked.filter(prior)
+        if ranked.num_rows == 0:
+            raise NoSample(f"no {'accepted' if sample == 'allowed' else 'dropped'} flow carried an object request "
+                           f"the object server {objects}", hint=OBJECT_HINT)
+    rows: list[dict[str, Any]] = ranked.sort_by([("score", "descending"), ("time", "descending")]) \
+        .slice(0, TRIED if objects is not None else 1).to_pylist()
+    return rows
+
+
+OBJECT_HINT = ("the object server logs each request with --object-log (the lab's storage node writes "
+               "objects.json in its telemetry directory); read a dataset through the traced path and trace again")
 
 
 def _state(row: Mapping[str, Any]) -> DecisionState:
@@ -231,13 +274,36 @@ def _endpoint(policy: Policy, address: str, when: datetime, jobs: JobSource | No
 
 def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpec | None = None,
                 store: EvidenceStore | None = None, target: str | None = None,
-                jobs: JobSource | None = None) -> Trace:
-    """The ``sample`` flow (or the one ``spec`` names) end to end; :class:`NoSample` when there is none."""
+                jobs: JobSource | None = None, objects: ObjectResult | None = None) -> Trace:
+    """The ``sample`` flow (or the one ``spec`` names) end to end; :class:`NoSample` when there is none.
+
+    ``objects``: only a flow that carried an object request of that result (a dataset read the server
+    served, or one it refused), joined from the object server's log."""
     nodes = {a: n.name for n in policy.nodes for a in n.addresses}
-    best = _pick(tel, sample, spec, nodes)
+    ranked = _pick(tel, sample, spec, nodes, objects)
+    # keyed once: each candidate tried selects its own rows from the same keyed tables
+    keyed = (tel.decisions.append_column("cid", community_ids(tel.decisions)),
+             tel.conns.append_column("cid", community_ids(tel.conns)) if tel.conns.num_rows else None)
+    for best in ranked:
+        trace = _build(tel, policy, sample, best, keyed, store, target, jobs)
+        if objects is None or any(o.result == objects for o in trace.objects):
+            return trace
+    raise NoSample(f"no {'accepted' if sample == 'allowed' else 'dropped'} flow joins an object request the "
+                   f"object server {objects} (of the {TRIED} likeliest)", hint=OBJECT_HINT)
+
+
+def _node_of(policy: Policy, address: str) -> str | None:
+    return next((n.name for n in policy.nodes if address in n.addresses), None)
+
+
+def _build(tel: Telemetry, policy: Policy, sample: Sample, best: dict[str, Any],
+           keyed: tuple[pa.Table, pa.Table | None], store: EvidenceStore | None, target: str | None,
+           jobs: JobSource | None) -> Trace:
+    """One candidate flow, joined with every source (``keyed``: decisions and conntrack records with their
+    Community IDs)."""
     cid = best["cid"]
     notes: list[str] = []
-    same = tel.decisions.append_column("cid", community_ids(tel.decisions))
+    same = keyed[0]
     same = same.filter(pc.fill_null(pc.equal(same.column("cid"), cid), False)) if cid is not None else \
         pa.Table.from_pylist([best])
     if cid is not None:
@@ -250,8 +316,8 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
     first = next(r for r in rows if r["verdict"] == want)
     when: datetime = first["time"]
     conns: list[dict[str, Any]] = []
-    if cid is not None and tel.conns.num_rows:
-        c = tel.conns.append_column("cid", community_ids(tel.conns))
+    if cid is not None and keyed[1] is not None:
+        c = keyed[1]
         c = c.filter(pc.fill_null(pc.equal(c.column("cid"), cid), False))
         conns = [r for r in sorted(c.to_pylist(), key=lambda r: r["time"])
                  if abs((r["time"] - when).total_seconds()) < 3600]
@@ -273,8 +339,16 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
     state = _state(first)
     src_name, src_answer = _dns(tel, best["src"], None, when)
     dst_name, dst_answer = _dns(tel, best["dst"], best["src"], when)
-    src = _endpoint(policy, best["src"], when, jobs, first.get("src_identity"), src_name)
-    dst = _endpoint(policy, best["dst"], when, jobs, first.get("dst_identity"), dst_name)
+    ended = [r["time"] for r in conns if r["event"] == "DESTROY" and r["time"] >= when]
+    joined = join(tel.objects, tel.tls, Window(best["src"], best["dst"], best["sport"], best["dport"], cid, when,
+                                               min(ended) if ended else None, _node_of(policy, best["src"]),
+                                               _node_of(policy, best["dst"])))
+    # the data plane's own identity (Hubble's) first; else the one the certificate proved at a sidecar
+    src = _endpoint(policy, best["src"], when, jobs, first.get("src_identity") or joined.src_identity, src_name)
+    dst = _endpoint(policy, best["dst"], when, jobs, first.get("dst_identity") or joined.dst_identity, dst_name)
+    if any(o.joined != "5-tuple" for o in joined.objects):
+        notes.append("an object request was joined by addresses and time (the log or the TLS gate records no "
+                     "client port): the nearest request within seconds, not an exact 5-tuple match")
     if jobs is None:
         notes.append("no job source given (--jobs): job and user are null")
     attributed = all(e.node is not None or e.identity is not None for e in (src, dst))
@@ -289,6 +363,14 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
                  for r in rows]
     timeline += [TimelineEntry(time=_iso(r["time"]), where=str(r["node"]),
                                what=f"conntrack {r['event']} id {r['ct_id']}") for r in conns]
+    timeline += [TimelineEntry(time=t.time, where=f"tls {t.node}",
+                               what=f"{'gate' if t.direction == 'in' else 'client'} {t.result} "
+                                    f"{t.method or ''} {t.path or ''} peer {t.peer} identity {t.identity or 'none'}")
+                 for t in joined.tls]
+    timeline += [TimelineEntry(time=o.time, where=f"objects {o.node or '?'}",
+                               what=f"{o.method} {o.path} {o.result} {o.bytes if o.bytes is not None else '?'} bytes "
+                                    f"(job {o.job or '?'}, identity {o.identity or 'none'}, joined by {o.joined})")
+                 for o in joined.objects]
     timeline.sort(key=lambda e: e.time)
     last = max([when, *(r["time"] for r in rows), *(r["time"] for r in conns)])
     return Trace(
@@ -303,7 +385,9 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
         records=tuple(Record(source=r["source"], point=r["node"], time=_iso(r["time"]), event=r["event"],
                              line=r["line"]) for r in conns),
         src=src, dst=dst, change=change, attributed=attributed, timeline=tuple(timeline), notes=tuple(notes),
+        objects=joined.objects, tls=joined.tls,
     )
 
 
-__all__ = ["DNS_SLACK", "FlowSpec", "NoSample", "Telemetry", "load", "reconstruct"]
+__all__ = ["DNS_SLACK", "OBJECT_HINT", "TRIED", "FlowSpec", "NoSample", "ObjectResult", "Telemetry", "load",
+           "reconstruct"]

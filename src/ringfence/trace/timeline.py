@@ -25,10 +25,14 @@ def render(trace: Trace) -> str:
         c = trace.change
         lines.append(f"change: {c.action} {c.version[:16]} at {c.time} (evidence {c.evidence}, "
                      f"approved by {c.approved_by or 'nobody'}, ticket {c.ticket or 'none'})")
-    lines += [_side("src", trace.src), _side("dst", trace.dst), "timeline:"]
+    lines += [_side("src", trace.src), _side("dst", trace.dst)]
+    lines += [f"object: {o.method} {o.path} {o.result} {o.bytes if o.bytes is not None else '?'} bytes, job "
+              f"{o.job or '?'}, identity {o.identity or 'none'} (joined by {o.joined})" for o in trace.objects]
+    lines.append("timeline:")
     lines += [f"  {e.time}  {e.where:>10}  {e.what}" for e in trace.timeline]
     lines += [f"note: {n}" for n in trace.notes]
-    return "\n".join(lines)
+    # the values come from logs anyone on a node can write into: no terminal control sequence gets through
+    return "\n".join("".join(ch if ch.isprintable() else "?" for ch in line) for line in lines)
 
 
 __all__ = ["render"]

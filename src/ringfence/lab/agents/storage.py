@@ -10,9 +10,10 @@ fabric delivered the connection from, after its anti-spoofing rules); any other 
 network rule cannot tell one job's objects from another's on a port both jobs may reach; this can.
 
 ``--object-log FILE`` (also ``--refusal-log``) is the object server's own telemetry: one JSON line per
-object request — time, peer, identity (the TLS peer's, when it has one), method, path, job, ``result``
-(``served`` or ``refused``) and the bytes read or written. The file is bounded: past
-:data:`OBJECT_LOG_MAX` bytes it moves to ``FILE.1`` (the one before is dropped) and starts again.
+object request — time, peer (and its port), the server's own address and port, identity (the TLS peer's,
+when it has one), method, path, job, ``result`` (``served`` or ``refused``) and the bytes read or written.
+The file is bounded: past :data:`OBJECT_LOG_MAX` bytes it moves to ``FILE.1`` (the one before is dropped)
+and starts again.
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ class StorageHandler(Handler):
 
     def _log(self, job: str, result: str, size: int) -> None:
         """One record of this request in the object log (a failure to write is counted, never fatal)."""
+        # the whole 5-tuple (the peer's port, the server's own address and port): telemetry joins the request
+        # to the flow it rode on by its Community ID, not by address and time alone
+        local = self.connection.getsockname()
         rec: dict[str, object] = {"time": time.time(), "peer": self.client_address[0],
+                                  "peer_port": self.client_address[1], "local": local[0], "local_port": local[1],
                                   "identity": peer_identity(self.connection), "method": self.command,
                                   "path": self.path, "job": job, "result": result, "bytes": size}
         try:

@@ -14,10 +14,11 @@ from typing import Final
 
 from ringfence.observe.flows.events.conventions import GROUPS, LABELS
 
-#: reader name → the file each host writes under its telemetry directory.
-FILES: Final = {"ulogd": "ulogd.json", "conntrack": "conntrack.log", "dnsmasq": "dnsmasq.log"}
-#: The object server's refusals (one JSON line each: time, peer, identity, method, path, job), beside the others.
+#: The object server's access log (one JSON line per request: time, 5-tuple, identity, method, path, job,
+#: result, bytes), beside the others on a host that serves datasets.
 OBJECT_LOG: Final = "objects.json"
+#: reader name → the file each host writes under its telemetry directory (a host without one has none).
+FILES: Final = {"ulogd": "ulogd.json", "conntrack": "conntrack.log", "dnsmasq": "dnsmasq.log", "objects": OBJECT_LOG}
 #: Where a host keeps its telemetry when nothing else is configured.
 DEFAULT_DIR: Final = "/var/log/ringfence/telemetry"
 ULOGD_PLUGINS: Final = Path("/usr/lib/x86_64-linux-gnu/ulogd")

@@ -14,7 +14,6 @@ taken as UTC (the lab's hosts and most clusters' run in UTC).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
@@ -22,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ringfence.observe.flows._common import WarningLog, canonical_ips, describe_lines, iso_to_ts, os_error, read_head
+from ringfence.observe.flows._common import WarningLog, canonical_ips, iso_to_ts
 from ringfence.observe.flows.events._lines import iter_matches
+from ringfence.observe.flows.events._logfile import LogStart, start_log, warn_skipped
 from ringfence.observe.flows.events.interface import DNS_SCHEMA, EventResult
 
 MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -47,12 +47,7 @@ class DnsmasqReader:
 
     def read(self, path: Path, *, node: str | None = None) -> EventResult:
         """Every answer line; lines of no dnsmasq log are skipped with a warning naming them."""
-        read_head(path, 1)
-        try:
-            changed = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        except OSError as exc:
-            raise os_error(path, exc) from exc
-        year, month = (self.year, 12) if self.year is not None else (changed.year, changed.month)
+        start = start_log(path, self.year)
         warnings = WarningLog()
         parts: list[pa.Table] = []
         records = 0
@@ -60,18 +55,17 @@ class DnsmasqReader:
                                                     chatter=CHATTER):
             records += consumed
             if groups.num_rows:
-                parts.append(_answers(groups, lines, path, year, month, warnings))
+                parts.append(_answers(groups, lines, path, start, warnings))
         events = pa.concat_tables(parts) if parts else DNS_SCHEMA.empty_table()
         return EventResult(events, warnings.freeze(), records)
 
 
-def _answers(groups: pa.Table, lines: np.ndarray, path: Path, year: int, month: int,
-             warnings: WarningLog) -> pa.Table:
+def _answers(groups: pa.Table, lines: np.ndarray, path: Path, start: LogStart, warnings: WarningLog) -> pa.Table:
     answer_rows = pc.equal(groups.column("word"), "is")
     groups = groups.filter(answer_rows)
     lines = lines[np.asarray(answer_rows.to_numpy(zero_copy_only=False), bool)]
     mon = pc.add(pc.index_in(groups.column("mon"), pa.array(MONTHS)), 1)
-    yr = pc.if_else(pc.greater(mon, month), year - 1, year)
+    yr = pc.if_else(pc.greater(mon, start.month), start.year - 1, start.year)
     text = pc.binary_join_element_wise(
         yr.cast(pa.string()), pc.utf8_lpad(mon.cast(pa.string()), 2, "0"),
         pc.utf8_lpad(groups.column("day"), 2, "0"), "-")
@@ -81,9 +75,7 @@ def _answers(groups: pa.Table, lines: np.ndarray, path: Path, year: int, month: 
     client_text = groups.column("client")
     client, _ = canonical_ips(pc.if_else(pc.equal(client_text, ""), pa.scalar(None, pa.string()), client_text))
     address, _ = canonical_ips(groups.column("answer"))
-    if bad_ts.any():
-        warnings.add(f"{path}: {int(bad_ts.sum())} answer(s) skipped, {describe_lines(0, lines[bad_ts])}: "
-                     "no valid date")
+    warn_skipped(warnings, path, lines[bad_ts], "no valid date", unit="answer(s)")
     n = groups.num_rows
     out = pa.table({
         "time": ts, "client": client, "name": pc.utf8_rtrim(groups.column("name"), "."),

@@ -80,6 +80,48 @@ GATEWAY_SCHEMA: Final = pa.schema([
 ])
 
 
+#: One request to an object server (datasets, checkpoints): ``peer`` (``peer_port``) asked ``local``
+#: (``local_port``) to ``method`` ``path`` of ``job``'s objects; ``result`` served | refused; ``bytes`` read or
+#: written; ``identity`` the TLS peer's (null for plaintext, or when the server is behind a TLS gate).
+OBJECT_SCHEMA: Final = pa.schema([
+    pa.field("time", TS, nullable=False),
+    pa.field("peer", pa.string(), nullable=False),  # canonical address; a loopback peer is the node's TLS gate
+    pa.field("peer_port", pa.int32()),
+    pa.field("local", pa.string()),
+    pa.field("local_port", pa.int32()),
+    pa.field("identity", pa.string()),
+    pa.field("method", pa.string(), nullable=False),
+    pa.field("path", pa.string(), nullable=False),
+    pa.field("job", pa.string()),
+    pa.field("result", pa.string(), nullable=False),  # served | refused
+    pa.field("bytes", pa.int64()),
+    pa.field("node", pa.string()),  # the object server's host
+    pa.field("line", pa.int64(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+])
+
+#: One connection through a TLS sidecar: ``direction`` in (its gate, in front of a service on ``node``) or out
+#: (a client on ``node`` calling ``peer``:``peer_port``); ``identity`` the SPIFFE ID the peer's certificate
+#: proved; ``result`` allowed | denied | refused | error with its ``reason``; ``bytes`` the response's size.
+TLS_SCHEMA: Final = pa.schema([
+    pa.field("time", TS, nullable=False),
+    pa.field("direction", pa.string(), nullable=False),  # in | out
+    pa.field("node", pa.string(), nullable=False),
+    pa.field("service", pa.string()),
+    pa.field("peer", pa.string(), nullable=False),  # canonical address
+    pa.field("peer_port", pa.int32()),  # out: the service's port; in: the gate logs none
+    pa.field("identity", pa.string()),
+    pa.field("expected_identity", pa.string()),
+    pa.field("method", pa.string()),
+    pa.field("path", pa.string()),
+    pa.field("result", pa.string(), nullable=False),
+    pa.field("reason", pa.string()),
+    pa.field("bytes", pa.int64()),
+    pa.field("line", pa.int64(), nullable=False),
+    pa.field("source", pa.string(), nullable=False),
+])
+
+
 @dataclass(frozen=True)
 class EventResult:
     """Events read from one log, plus warnings naming the lines that were skipped."""
@@ -100,5 +142,5 @@ class EventReader(Protocol):
         ...
 
 
-__all__ = ["CONN_SCHEMA", "DECISION_SCHEMA", "DNS_SCHEMA", "GATEWAY_SCHEMA", "EventReader", "EventResult",
-           "TelemetryError"]
+__all__ = ["CONN_SCHEMA", "DECISION_SCHEMA", "DNS_SCHEMA", "GATEWAY_SCHEMA", "OBJECT_SCHEMA", "TLS_SCHEMA",
+           "EventReader", "EventResult", "TelemetryError"]

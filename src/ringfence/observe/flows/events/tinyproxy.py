@@ -35,7 +35,8 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from ringfence.observe.flows._common import WarningLog, iter_line_blocks, os_error, read_head
+from ringfence.observe.flows._common import WarningLog, iter_line_blocks
+from ringfence.observe.flows.events._logfile import start_log, warn_skipped
 from ringfence.observe.flows.events.interface import GATEWAY_SCHEMA, EventResult
 
 MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -86,12 +87,7 @@ class TinyproxyReader:
 
     def read(self, path: Path, *, node: str | None = None) -> EventResult:
         """Every decision; lines of no tinyproxy log are skipped with a warning naming them."""
-        read_head(path, 1)  # our error, naming the file, on an unreadable one
-        try:
-            changed = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        except OSError as exc:
-            raise os_error(path, exc) from exc
-        year, month = (self.year, 12) if self.year is not None else (changed.year, changed.month)
+        start = start_log(path, self.year)  # our error, naming the file, on an unreadable one
         warnings = WarningLog()
         rows: list[dict[str, Any]] = []
         open_: dict[int, dict[str, Any]] = {}  # client fd → its connection (dicts keep insertion order)
@@ -116,16 +112,13 @@ class TinyproxyReader:
                 mon = MONTHS.index(head["mon"]) + 1
                 hh, mm, ss = (int(x) for x in head["hms"].split(":"))
                 try:
-                    when = datetime(year - 1 if mon > month else year, mon, int(head["day"]), hh, mm, ss,
+                    when = datetime(start.year_of(mon), mon, int(head["day"]), hh, mm, ss,
                                     int(head["ms"]) * 1000, tzinfo=UTC)
                 except ValueError:
                     bad.append(number)
                     continue
                 dropped += _step(head["msg"], when, number, open_, rows)
-        if bad:
-            shown = ", ".join(str(n) for n in bad[:5]) + (" …" if len(bad) > 5 else "")
-            warnings.add(f"{path}: {len(bad)} line(s) skipped, line{'s' if len(bad) > 1 else ''} {shown}: "
-                         "not a tinyproxy log line")
+        warn_skipped(warnings, path, bad, "not a tinyproxy log line")
         if dropped:
             warnings.add(f"{path}: {dropped} connection(s) forgotten unfinished: more than {MAX_OPEN} open at once")
         n = len(rows)
