@@ -155,6 +155,7 @@ def test_revoked_everywhere_reissued_and_training_is_a_pass(tmp_path: Path) -> N
     assert all(r.proven and "revoked" in r.reason for r in rev.refusals)
     assert all(a.proven for a in rev.accepted) and rev.recovery["ok"] is True
     assert rev.latency_s is not None and 0 <= rev.latency_s < 5
+    assert rev.publish_s is not None and 0 <= rev.publish_s <= rev.latency_s
     assert all(rev.published.values()) and set(rev.published) == set(mesh.nodes)
     assert mesh.forgotten == ["worker-2"]  # the old key does not outlive the proof
     assert report.subject.nodes == ("worker-2",) and report.training["others_training"] is True

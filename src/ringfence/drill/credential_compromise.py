@@ -257,7 +257,7 @@ class CredentialCompromise:
                 report = contain_identity(policy, identity, ctx.store, mesh=TlsMesh(site, policy, state),
                                           target=ctx.target, status=ctx.cluster.agent_status,
                                           requests={victim: plan}, timeout=ctx.timeout, progress=ctx.progress)
-                replay = [_replayed(ctx.policy, c, all(control.values())) for c in _refusals(report)]
+                replay = [_replayed(ctx.policy, c, all(control.values()), report) for c in _refusals(report)]
                 attempts += replay
             finally:
                 for node in (attacker, victim):  # the copies made by the drill, wherever they are
@@ -314,8 +314,11 @@ def _refusals(report: ContainmentReport) -> tuple[GateCheck, ...]:
     return report.revocation.refusals if report.revocation is not None else ()
 
 
-def _replayed(policy: Policy, c: GateCheck, control: bool) -> Attempt:
-    """One gate's answer to the revoked copy (from ``contain --identity``'s proof) as a drill attempt."""
+def _replayed(policy: Policy, c: GateCheck, control: bool, report: ContainmentReport) -> Attempt:
+    """One gate's answer to the revoked copy (from ``contain --identity``'s proof) as a drill attempt; its
+    detection time is the revocation's: from the revocation to that gate's refusal."""
+    t_rev = report.revocation.revoked_at if report.revocation is not None else None
+    secs = round(c.at - t_rev, 3) if c.at is not None and t_rev is not None else None
     through = None if c.proven is None else not c.proven
     why = c.reason
     if not control and through is False:
@@ -324,8 +327,8 @@ def _replayed(policy: Policy, c: GateCheck, control: bool) -> Attempt:
     port = svc.port_range[0] if svc is not None else None
     return Attempt(f"revoked-cert-{c.service}", c.holder, _site.named(policy, c.gate, port),
                    f"the revoked copy replayed from {c.holder}'s own address (where only revocation can refuse it)",
-                   through, why, c.at is not None, f"TLS gate of {c.gate}: {c.reason}" if c.at is not None
-                   else "no gate event", None, evidence=(c.evidence,) if c.evidence else ())
+                   through, why, c.at is not None, f"{c.reason} (its own log)" if c.at is not None
+                   else "no gate event", secs, evidence=(c.evidence,) if c.evidence else ())
 
 
 def _judged(report: ContainmentReport, fp: str) -> tuple[bool | None, str, float | None]:

@@ -30,10 +30,12 @@ lab's namespaces or SSH hosts alike); unit tests pass a fake one.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -147,6 +149,14 @@ class Revocation:
     accepted: tuple[GateCheck, ...]
     recovery: Mapping[str, Any]  # {"required", "ok", "detail", …}
     notes: tuple[str, ...] = ()
+    published_at: float | None = None  # epoch seconds the last sidecar's copy was read back
+
+    @property
+    def publish_s(self) -> float | None:
+        """Revocation → the list read back from every sidecar (the push's share of the latency)."""
+        if self.revoked_at is None or self.published_at is None:
+            return None
+        return round(self.published_at - self.revoked_at, 3)
 
     @property
     def revoked_at(self) -> float | None:
@@ -223,7 +233,8 @@ class Revocation:
                 "certificates": [c.to_json() for c in self.certificates], "in_ca": self.in_ca,
                 "published": dict(self.published), "gates": list(self.gates),
                 "refusals": [r.to_json() for r in self.refusals], "accepted": [r.to_json() for r in self.accepted],
-                "revoked_at": self.revoked_at, "latency_s": self.latency_s, "recovery": dict(self.recovery),
+                "revoked_at": self.revoked_at, "latency_s": self.latency_s, "published_at": self.published_at,
+                "publish_s": self.publish_s, "recovery": dict(self.recovery),
                 "notes": list(self.notes)}
 
 
@@ -448,8 +459,10 @@ class _Run:
         self.evidence.append(ev)
         return ev
 
-    def present(self, cert: RevokedCert, cert_dir: Path, req: GateRequest, credential: str) -> GateCheck:
-        """Present ``credential`` from the holder's address until the gate's log decides (or the wait ends)."""
+    def present(self, cert: RevokedCert, cert_dir: Path, req: GateRequest,
+                credential: str) -> tuple[GateCheck, dict[str, Any]]:
+        """Present ``credential`` from the holder's address until the gate's log decides (or the wait ends);
+        the check, and what to record of it (recorded by :meth:`present_all`, one thread appending)."""
         revoked = credential == "revoked"
         fp = cert.fingerprint if revoked else cert.new_fingerprint
         judge = judge_revoked if revoked else judge_reissued
@@ -474,12 +487,24 @@ class _Run:
         # the time of the gate's own decision: its refusal of the old certificate, its event of the new one
         event = next((e for e in gate if e.get("result") == "refused" or not revoked), None)
         at = float(event["t"]) if event is not None and proven is True and "t" in event else None
-        ev = self.rec(RecordKind.OBSERVATION, f"node {cert.node}", {
-            "step": f"{credential}-cert-{req.service}", "identity": cert.identity, "fingerprint": fp,
-            "request": f"{req.method} {req.url}", "result": res, "gate": gate, "proven": proven, "tries": tries})
-        self.say(f"{credential} certificate of {cert.node} → {req.service}: {why}")
+        data = {"step": f"{credential}-cert-{req.service}", "identity": cert.identity, "fingerprint": fp,
+                "request": f"{req.method} {req.url}", "result": res, "gate": gate, "proven": proven, "tries": tries}
         return GateCheck(cert.node, req.node, req.service, f"{req.method} {req.url}", credential, fp, proven, why,
-                         at, tries, ev)
+                         at, tries), data
+
+    def present_all(self, shots: Sequence[tuple[RevokedCert, Path, GateRequest, str]]) -> list[GateCheck]:
+        """Every shot at once (one client per gate: the latency measured is the slowest gate's, not the sum
+        of the clients' start-up), then each recorded, in order."""
+        if not shots:
+            return []
+        with ThreadPoolExecutor(max_workers=min(8, len(shots))) as pool:
+            done = list(pool.map(lambda shot: self.present(*shot), shots))
+        out = []
+        for (cert, _, req, credential), (check, data) in zip(shots, done, strict=True):
+            ev = self.rec(RecordKind.OBSERVATION, f"node {cert.node}", data)
+            self.say(f"{credential} certificate of {cert.node} → {req.service}: {check.reason}")
+            out.append(dataclasses.replace(check, evidence=ev))
+        return out
 
 
 def _recovery(run: _Run, policy: Policy, certs: Sequence[RevokedCert], status: StatusFn | None,
@@ -524,7 +549,7 @@ def _recovery(run: _Run, policy: Policy, certs: Sequence[RevokedCert], status: S
     if unseen:
         return {"required": True, "ok": None, "steps": steps, "detail": f"progress unreadable at {', '.join(unseen)}"}
     detail = (f"job(s) {', '.join(j.name for j in jobs)} {'kept' if ok else 'did NOT keep'} training on the "
-              f"reissued certificate: steps {steps}, shards read {shards}, sidecar on the new certificate "
+              f"reissued credential: steps {steps}, shards read {shards}, sidecar on the new certificate "
               f"{on_new}" + (f"; {', '.join(uncounted)} count(s) no shard reads" if uncounted else ""))
     return {"required": True, "ok": ok, "steps": steps, "shards_read": shards, "on_new_certificate": on_new,
             "detail": detail}
@@ -574,17 +599,17 @@ def contain_identity(policy: Policy, identity: str, store: EvidenceStore, *, mes
         published[node] = None if copy is None else all(c.fingerprint in copy for c in certs)
         if err is not None:
             notes.append(f"the revocation list could not be pushed to {node}: {err}")
+    published_at = time.time()
     run.rec(RecordKind.ACTION, f"identity {identity}", {"action": "publish-revocations", "published": published})
     refusals: list[GateCheck] = []
     accepted: list[GateCheck] = []
     by_node = {r.node: r for r in rotated}
     try:
-        refusals += [run.present(c, by_node[c.node].retired, req, "revoked") for c in certs
-                     for req in plans.get(c.node, ())]
-        for c in certs:
-            for req in plans.get(c.node, ()):
-                health = GateRequest(req.service, req.node, req.address, req.port, *HEALTH)
-                accepted.append(run.present(c, Path(tls["pki"]) / "nodes" / c.node, health, "reissued"))
+        refusals = run.present_all([(c, by_node[c.node].retired, req, "revoked") for c in certs
+                                    for req in plans.get(c.node, ())])
+        accepted = run.present_all([(c, Path(tls["pki"]) / "nodes" / c.node,
+                                     GateRequest(req.service, req.node, req.address, req.port, *HEALTH), "reissued")
+                                    for c in certs for req in plans.get(c.node, ())])
     finally:
         for r in rotated:  # the old key is gone once the refusals are proven (or could not be)
             mesh.forget(r)
@@ -605,7 +630,7 @@ def contain_identity(policy: Policy, identity: str, store: EvidenceStore, *, mes
     gates = tuple(GateCheck(n, r.node, r.service, "", "revoked", "", None, "", None, 0).key
                   for n in nodes for r in plans.get(n, ()))
     rev = Revocation(identity, certs, in_ca, published, gates, tuple(refusals), tuple(accepted), recovery,
-                     tuple(notes))
+                     tuple(notes), published_at)
     report = ContainmentReport(target, subject, None, act, (), None, {}, training, seconds=rev.latency_s,
                                notes=tuple(notes), revocation=rev)
     store.append(RecordKind.OBSERVATION, CONTAIN_SOURCE, subject.describe(),

@@ -39,6 +39,8 @@ class RevocationModel(Strict):
     accepted: list[dict[str, Any]]
     revoked_at: float | None
     latency_s: float | None
+    published_at: float | None = None
+    publish_s: float | None = None
     recovery: dict[str, Any]
     notes: list[str] = []
 
