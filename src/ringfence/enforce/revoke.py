@@ -472,11 +472,15 @@ class _Run:
             tries += 1
             t0 = time.time()
             res = self.mesh.request(cert.node, cert_dir, req, min(5.0, self.timeout))
-            try:
-                gate = _mine(self.mesh.events(since=t0 - 1.0), req, cert.address, fp)
-            except LayerError as exc:  # the gate's log cannot be read: nothing is proven there
-                gate, res = [], {**res, "error": f"{res.get('error', '')} gate log unreadable: {exc.message}"}
-            verdict, why = judge(res, gate, req)
+            for settle in (0.0, 0.3):  # a gate logs an allowed request after its answer: read its log twice
+                time.sleep(settle)
+                try:
+                    gate = _mine(self.mesh.events(since=t0 - 1.0), req, cert.address, fp)
+                except LayerError as exc:  # the gate's log cannot be read: nothing is proven there
+                    gate, res = [], {**res, "error": f"{res.get('error', '')} gate log unreadable: {exc.message}"}
+                verdict, why = judge(res, gate, req)
+                if verdict is not None:
+                    break
             # the old credential accepted before the list reached the gate: tried again; anything the log
             # cannot tell: tried again; a decision of the log: final
             decided = verdict is not None and not (revoked and verdict is True)
