@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -281,6 +282,8 @@ class TlsMesh:
         self.site, self.policy = site, policy
         self.state = state or StateStore(site.name)
         self.rt = Runtime(site, self.state)
+        self._lock = threading.Lock()
+        self._pushed: set[tuple[str, Path]] = set()
 
     def info(self) -> Mapping[str, Any] | None:
         """See :class:`Mesh`."""
@@ -318,10 +321,16 @@ class TlsMesh:
         return frozenset(w.strip().lower() for w in data.decode(errors="replace").splitlines() if w.strip())
 
     def request(self, node: str, cert_dir: Path, req: GateRequest, timeout: float) -> dict[str, Any]:
-        """See :class:`Mesh`."""
+        """See :class:`Mesh`. The credential goes to ``node`` once: replays run at once from one holder, and
+        two writers of the same file on one host would race (one's rename finds the other's gone)."""
         try:
+            with self._lock:
+                if (node, cert_dir) not in self._pushed:
+                    tls_run.push_credential(self.rt, node, cert_dir)
+                    tls_run.publish_revocations(self.rt, [node])
+                    self._pushed.add((node, cert_dir))
             return tls_run.probe_request(self.site, node, cert_dir, req.url, method=req.method, body=req.body,
-                                         timeout=timeout)
+                                         timeout=timeout, push=False)
         except LayerError as exc:
             return {"outcome": "error", "error": exc.message}
 

@@ -370,12 +370,21 @@ def forget_retired(site: str) -> None:
 
 
 def probe_request(
-    site: Site, node: str, cert_dir: Path, url: str, *, method: str = "GET", body: str = "", timeout: float = 5.0
+    site: Site,
+    node: str,
+    cert_dir: Path,
+    url: str,
+    *,
+    method: str = "GET",
+    body: str = "",
+    timeout: float = 5.0,
+    push: bool = True,
 ) -> dict[str, Any]:
     """One HTTPS request from ``node``'s address with the credential in ``cert_dir`` (not the node's sidecar).
 
-    The credential (on the controller) is written to the same path on ``node`` first, then the probe
-    runs there through the node's executor.
+    The credential (on the controller) is written to the same path on ``node`` first (``push=False``: the
+    caller already did, once — probes run at once from one node must not rewrite the same files), then the
+    probe runs there through the node's executor.
 
     Returns the outcome as a dict: ``outcome`` (``response`` | ``refused`` | ``closed`` | ``error``),
     ``status``, ``body``, ``server_fingerprint``, ``own_fingerprint``, ``error``.
@@ -383,8 +392,9 @@ def probe_request(
     store = StateStore(site.name)
     rt = Runtime(site, store)
     revoked = pki_dir(site.name, store) / "ca" / "revoked.txt"
-    push_credential(rt, node, cert_dir)
-    publish_revocations(rt, [node])
+    if push:
+        push_credential(rt, node, cert_dir)
+        publish_revocations(rt, [node])
     argv, env = rt.python(
         node,
         "ringfence.secure.layers._tls_mesh",
