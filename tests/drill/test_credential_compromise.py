@@ -14,10 +14,10 @@ from ringfence.drill.credential_compromise import (
     attack_plan,
     choose_victim,
     judge_attack,
-    judge_revoked,
 )
 from ringfence.drill.interface import DrillError
 from ringfence.drill.registry import NAMES, scenarios
+from ringfence.enforce.revoke import judge_revoked
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy

@@ -2,8 +2,10 @@
 
 One lab for the module (4 workers, 2 jobs, no Slurm). First, with nothing applied, the management drill
 must *fail*: the node it contains cannot be isolated and its probes get through — a drill that cannot
-fail proves nothing. Then, with TLS on the services and the policy applied, both drills must pass, each
-verdict checked against the report's own facts, and the evidence store must verify.
+fail proves nothing (and ``contain --identity`` has no certificate to revoke: exit 2). Then, with TLS on
+the services and the policy applied, both drills must pass, each verdict checked against the report's own
+facts; ``contain --identity`` itself revokes a rank of the other job and proves every gate refuses it; and
+the evidence store must verify.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import pytest
 
 from ringfence.cli import main
 from ringfence.enforce.apply import apply_policy, rollback
+from ringfence.enforce.facts import load_containment_facts
 from ringfence.enforce.probe_matrix import listening_ports
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_inventory, lab_points
+from ringfence.secure import pki
 from ringfence.secure.layers import tls_run
+from ringfence.secure.layers.tls import identity_of
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 
@@ -71,6 +76,25 @@ def test_before_apply_the_contained_node_gets_through_and_the_drill_fails(lab: L
     assert all(a["detected"] is False for a in through)  # nothing counted them: no rule is there to
     assert _mgmt_serves(lab)  # the management node was brought back
     assert EvidenceStore.open(tmp_path / "evidence").verify().ok
+    # no TLS yet: no workload certificate for contain --identity to revoke — said, exit 2
+    ident = identity_of(lab.policy(), "worker-1")
+    assert main(["contain", "--identity", ident, "--name", lab.name, "--store", str(tmp_path / "evidence")]) == 2
+
+
+def _revoke(lab: Lab, identity: str, tmp: Path, store: Path) -> tuple[int, dict[str, Any]]:
+    out = tmp / "revocation.json"
+    t0 = time.monotonic()
+    code = main(["contain", "--identity", identity, "--target", "lab", "--name", lab.name, "--store", str(store),
+                 "-o", str(out), "--timeout", "15", "--approved-by", "secops@lab", "--ticket", "IR-14"])
+    doc: dict[str, Any] = json.loads(out.read_text())
+    rev = doc["revocation"]
+    print(f"\ncontain --identity {identity}: exit {code} in {time.monotonic() - t0:.1f}s, {rev['verdict']} — "
+          f"{rev['why']}\n  latency {rev['latency_s']}s (revocation → last refusal; the list on every sidecar "
+          f"after {rev['publish_s']}s)\n"
+          + "".join(f"  {r['credential']} {r['holder']} → {r['service']}@{r['gate']}: {r['proven']} "
+                    f"({r['tries']} tries) {r['reason']}\n" for r in rev["refusals"] + rev["accepted"])
+          + f"  recovery: {rev['recovery'].get('detail')}\n", file=sys.stderr)
+    return code, doc
 
 
 def test_after_apply_both_drills_are_stopped_detected_and_proven(lab: Lab, tmp_path: Path) -> None:
@@ -94,6 +118,22 @@ def test_after_apply_both_drills_are_stopped_detected_and_proven(lab: Lab, tmp_p
         assert doc["contained"] and "kept training on the reissued credential" in doc["containment"]
         assert 0 <= doc["containment_seconds"] < 15 and doc["detection_seconds"] is not None
         assert doc["bystander"]["job"] == "train-a" and doc["bystander"]["within_budget"]
+
+        # the verb itself, on a rank of the other job: revoked, refused by every gate it may reach, trains on
+        code, doc = _revoke(lab, identity_of(policy, "worker-1"), tmp_path, store_dir)
+        rev = doc["revocation"]
+        assert code == 0 and rev["verdict"] == "pass" and doc["ok"], rev["why"]
+        assert {r["gate"] for r in rev["refusals"]} == {"storage", "mgmt"}
+        assert all(r["proven"] and "revoked" in r["reason"] for r in rev["refusals"])
+        assert all(a["proven"] for a in rev["accepted"]) and rev["recovery"]["ok"] and doc["others_training"]
+        old = rev["certificates"][0]
+        ca = Path(tls_run.pki_dir(lab.name)) / "ca"
+        assert old["fingerprint"] in pki.load_revocations(ca / "revoked.txt")
+        assert int(old["serial"], 16) in pki.revoked_serials(ca.parent) and all(rev["published"].values())
+        assert 0 <= rev["latency_s"] < 15 and doc["subject"]["nodes"] == ["worker-1"]
+        assert load_containment_facts(tmp_path / "revocation.json")["drills"] == []  # nothing was isolated
+        unknown = identity_of(policy, "worker-1").replace("train-a", "train-z")
+        assert main(["contain", "--identity", unknown, "--name", lab.name, "--store", str(store_dir)]) == 2
 
         code, doc = _drill(lab, "management-plane-failure", tmp_path, store_dir)
         assert code == 0 and doc["verdict"] == "pass", doc["why"]

@@ -8,6 +8,12 @@ Exit 0 when every check held, 1 when one did not, 2 on bad input.
 ``--target ssh --hosts FILE --policy POLICY`` contains on a cluster's hosts over SSH: the points are
 the hosts (the one named ``fabric`` is the fabric's), the snapshot a capture of every host, and the
 other jobs' progress their ranks' progress files (``progress:`` in the hosts file).
+
+``--identity SPIFFE-ID`` contains a workload identity where it is checked, not where it sits: its certificates
+are revoked and reissued, the revocation list pushed to every TLS sidecar, and every gate proven to refuse
+the old certificate from its holder's own address while the holder's job trains on
+(:mod:`ringfence.enforce.revoke`). A revocation is permanent: ``--release`` (and ``--drill``) are refused for
+an identity, exit 2 — the reissued certificate is the recovery.
 """
 
 from __future__ import annotations
@@ -49,6 +55,12 @@ def _contain(args: argparse.Namespace) -> int:
 
     if args.release and args.drill:
         raise InputError("contain", "--release and --drill exclude each other")
+    if args.identity and (args.release or args.drill):
+        from ringfence.enforce.revoke import PERMANENT
+
+        flag = "--release" if args.release else "--drill"
+        raise InputError(flag, f"{flag} is not possible for an identity: {PERMANENT}",
+                         hint="rehearse it with `ringfence drill run credential-compromise --target lab`")
     cluster: Any
     if args.target == "lab":
         lab = Lab.attach(args.name)
@@ -69,8 +81,10 @@ def _contain(args: argparse.Namespace) -> int:
         cluster = SiteCluster(site, policy)
     else:
         raise InputError("--target", f"unknown target {args.target!r}", hint="lab, or ssh with --hosts")
-    subject = resolve_subject(policy, node=args.node, job=args.job, identity=args.identity)
     store = EvidenceStore.open(Path(args.store) if args.store else default_store_path())
+    if args.identity:
+        return _revoke(args, cluster, policy, store, target)
+    subject = resolve_subject(policy, node=args.node, job=args.job, identity=args.identity)
     if args.release:
         ev = release(subject, points, store, target=target)
         print(f"contain: released {subject.describe()} (evidence {ev})", file=sys.stderr)
@@ -106,13 +120,38 @@ def _contain(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _revoke(args: argparse.Namespace, cluster: Any, policy: Any, store: Any, target: str) -> int:
+    """``--identity``: revoke, reissue, publish, prove (:func:`ringfence.enforce.revoke.contain_identity_on`)."""
+    from ringfence.enforce.facts import write_json
+    from ringfence.enforce.revoke import contain_identity_on
+
+    report = contain_identity_on(cluster.site(), policy, args.identity, store, target=target,
+                                 status=cluster.agent_status, timeout=args.timeout,
+                                 progress=lambda m: print(f"contain: {m}", file=sys.stderr),
+                                 approved_by=args.approved_by, ticket=args.ticket)
+    doc = report.to_json()
+    if args.output:
+        write_json(args.output, doc)
+    else:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    for note in report.notes:
+        print(f"contain: note: {note}", file=sys.stderr)
+    rev = doc["revocation"]
+    print(f"contain: identity {args.identity}: {rev['verdict']} (revoked {len(rev['certificates'])} certificate(s), "
+          f"refused by {sum(1 for r in rev['refusals'] if r['proven'])}/{len(rev['gates'])} gate(s), latency "
+          f"{rev['latency_s']}s) — {rev['why']}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def register(sub: Any) -> None:
     """Add the ``contain`` verb."""
     p = sub.add_parser("contain", help="isolate a node, job or identity (snapshot, two points, proof), or release it")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--node", help="contain this node")
     who.add_argument("--job", help="contain every rank of this job")
-    who.add_argument("--identity", help="contain every node carrying this workload identity")
+    who.add_argument("--identity", metavar="SPIFFE-ID",
+                     help="revoke this workload identity's certificate(s), reissue them, prove every TLS gate "
+                     "refuses the old one (no node is isolated; permanent: no --release)")
     p.add_argument("--release", action="store_true", help="lift the containment of the subject (recorded)")
     p.add_argument("--drill", action="store_true", help="contain, prove, then release and check it again")
     p.add_argument("--policy", help="policy file (default: the lab's own policy)")
@@ -121,6 +160,8 @@ def register(sub: Any) -> None:
     p.add_argument("--approved-by", help="who authorised the containment (recorded with the action)")
     p.add_argument("--ticket", help="incident or change ticket (recorded with the action)")
     p.add_argument("--seconds", type=float, default=4.0, help="length of the capture in the snapshot")
+    p.add_argument("--timeout", type=float, default=20.0,
+                   help="--identity: seconds each gate, and the recovery, may take to show it (default 20)")
     p.add_argument("--target", default="lab", choices=("lab", "ssh"), help="where to contain (default: lab)")
     p.add_argument("--hosts", help="--target ssh: the hosts inventory (YAML, e.g. from `ringfence lab hosts`)")
     p.add_argument("--name", help="the lab (optional when only one exists)")

@@ -18,24 +18,25 @@ Played, in order (each step recorded in the evidence store):
 2. *control* — the same copy from the victim's own address must be accepted: the credential is good,
    so a refusal from the attacker was the binding's or the fabric's, and a refusal after step 3 is
    the revocation's.
-3. *revoke and reissue* — the victim's certificate is reissued with a new key and the old one
-   revoked (:func:`ringfence.secure.layers.tls_run.rotate_tls`); the revocation list goes to every
-   sidecar. Then the copy, replayed from the victim's address (where nothing but revocation can
-   refuse it), must be refused by every gate, each refusal read from that gate's own event log;
-   the time from the revocation to the last refusal is the revocation's latency.
-4. *recovery* — the victim's job keeps training: its ranks step and read shards again, the victim's
-   sidecar on the reissued certificate (a gate event with the new fingerprint).
+3. *contain* — ``ringfence contain --identity`` itself
+   (:func:`ringfence.enforce.revoke.contain_identity`): the victim's certificate is reissued with a
+   new key and the old one revoked, the revocation list pushed to every sidecar and read back; then
+   the old credential (the very certificate and key that were copied), replayed from the victim's
+   address for each request of step 1 (where nothing but revocation can refuse it), must be refused
+   by every gate, each refusal read from that gate's own event log; the time from the revocation to
+   the last refusal is the revocation's latency.
+4. *recovery* — the same containment's proof: the reissued certificate accepted by the gates, the
+   victim's job training on (its ranks step and read shards, its sidecar on the new certificate).
 
 Throughout, another job (the bystander) is measured. Not covered (said in the report's notes): the
-collective transport (:mod:`ringfence.secure.transport`) reads the same revocation list at its next
-handshake, but the drill does not force one; a service the victim's node has no approved path to is
-not probed (the fabric, not the revocation, would refuse it).
+collective transport (:mod:`ringfence.secure.transport`) re-reads the same revocation list at each
+handshake, but the lab's ranks speak gloo and the drill forces no new group; a service the victim's
+node has no approved path to is not probed (the fabric, not the revocation, would refuse it).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,11 +45,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ringfence.controls.interface import Verdict
 from ringfence.drill import _site
 from ringfence.drill.bystander import watch_bystander
 from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
 from ringfence.enforce.apply import FABRIC
+from ringfence.enforce.contain import ContainmentReport
 from ringfence.enforce.probe_matrix import DeniedKey, denied_counters
+from ringfence.enforce.revoke import GateCheck, TlsMesh, contain_identity, gate_said_no
+from ringfence.enforce.revoke import GateRequest as Request
 from ringfence.evidence import RecordKind
 from ringfence.policy import Policy
 from ringfence.secure import pki
@@ -70,24 +75,6 @@ REQUEST_TIMEOUT = 2.0
 _CRED = ("ca.pem", "cert.pem", "key.pem")
 #: appends one record of the drill to the store and returns its id
 _Rec = Callable[[RecordKind, str, dict[str, Any]], str]
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request made with the stolen credential: the service, where it runs, and what is asked."""
-
-    service: str
-    node: str
-    address: str
-    port: int
-    method: str
-    path: str
-    body: str = ""
-
-    @property
-    def url(self) -> str:
-        """``https://10.77.2.10:8080/datasets/train-b/shard-0``."""
-        return f"https://{self.address}:{self.port}{self.path}"
 
 
 def choose_victim(policy: Policy, attacker: str, victim: str | None = None) -> tuple[str, str]:
@@ -120,13 +107,6 @@ def attack_plan(policy: Policy, services: Sequence[str], job: str, rank: int) ->
     return out, skipped
 
 
-def _gate_said_no(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]]) -> bool:
-    """The answer is the TLS gate's refusal, not the service's: the gate logged a denial or refusal of this
-    credential, or its reply says so (the reply's body comes back truncated, so the log decides first)."""
-    return (any(e.get("result") in ("denied", "refused") for e in gate)
-            or '"by": "ringfence-tls"' in str(res.get("body", "")))
-
-
 def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Sequence[Mapping[str, Any]],
                  req: Request) -> tuple[bool | None, str]:
     """(got_through, what stopped it or what got through) for one request with the stolen credential.
@@ -135,7 +115,7 @@ def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Seque
     service's TLS gate events for this credential from this source.
     """
     where = f"{req.service} on {req.node}"
-    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
+    if res.get("outcome") == "response" and not gate_said_no(res, gate):
         return True, f"{where} answered {res.get('status')}: the stolen credential was accepted"
     if res.get("outcome") == "response":
         reason = next((str(e.get("reason")) for e in gate if e.get("result") in ("denied", "refused")), "")
@@ -147,17 +127,6 @@ def judge_attack(res: Mapping[str, Any], dropped: Mapping[str, int], gate: Seque
         return False, f"the TLS gate of {req.node} refused it: {refusal.get('reason')}"
     return None, (f"{res.get('outcome')}: {res.get('error', '')} — no drop counter moved and no gate logged it, "
                   "so what stopped it is not known")
-
-
-def judge_revoked(res: Mapping[str, Any], gate: Sequence[Mapping[str, Any]], req: Request) -> tuple[bool | None, str]:
-    """(got_through, why) for the revoked copy replayed from its bound address: refused only counts when the
-    service's gate says the certificate is revoked."""
-    if res.get("outcome") == "response" and not _gate_said_no(res, gate):
-        return True, f"{req.service} on {req.node} still accepted the revoked credential ({res.get('status')})"
-    revoked = next((e for e in gate if e.get("result") == "refused" and "revoked" in str(e.get("reason", ""))), None)
-    if revoked is not None:
-        return False, f"the TLS gate of {req.node} refused it: {revoked.get('reason')}"
-    return None, f"{res.get('outcome')}: no gate said the certificate is revoked ({res.get('error', '')})"
 
 
 def _iso() -> str:
@@ -283,43 +252,24 @@ class CredentialCompromise:
                                  "it there prove nothing")
                     attempts = [_unproven(a) if a.got_through is False and "TLS gate" in a.stopped_by else a
                                 for a in attempts]
-                t_rev = time.time()
-                ctx.progress(f"revoking {fp[:16]}… and reissuing {victim}'s credential")
-                rotated = tls_run.rotate_tls(site, policy, evidence=ctx.store, nodes=[victim])
-                new_fp = rotated[0].new_fingerprint
-                if rotated[0].old_fingerprint != fp:  # the copy is not the credential rotated: revoke it too
-                    pki.revoke(pdir, stolen / "cert.pem")
-                    tls_run.publish_revocations(Runtime(site, state), tls["nodes"])
-                rec(RecordKind.ACTION, identity, {"step": "revoked", "fingerprint": fp, "reissued": new_fp,
-                                                  "published_to": sorted(tls["nodes"])})
-                shutil.rmtree(state.directory / "retired" / victim, ignore_errors=True)  # the old key: gone
-                replay, last = self._replay(ctx, site, plan, victim, v_addr, stolen, fp, t_rev, rec,
-                                            all(control.values()))
+                ctx.progress(f"contain --identity {identity}: revoking {fp[:16]}… and reissuing {victim}'s "
+                             "credential")
+                report = contain_identity(policy, identity, ctx.store, mesh=TlsMesh(site, policy, state),
+                                          target=ctx.target, status=ctx.cluster.agent_status,
+                                          requests={victim: plan}, timeout=ctx.timeout, progress=ctx.progress)
+                replay = [_replayed(ctx.policy, c, all(control.values()), report) for c in _refusals(report)]
                 attempts += replay
-                resumed, how = self._resumed(ctx, site, policy, job, victim, new_fp, t_rev, rec)
             finally:
                 for node in (attacker, victim):  # the copies made by the drill, wherever they are
                     ops.remove_tree(site.executor(node), str(stolen))
-        refused = replay
-        revoked_ok: bool | None
-        if any(a.got_through is True for a in refused):
-            revoked_ok = False
-        elif refused and all(a.got_through is False for a in refused):
-            revoked_ok = True
-        else:
-            revoked_ok = None
-        contained = False if (revoked_ok is False or resumed is False) else (
-            True if revoked_ok and resumed else None)
-        notes.append("collective transport peers (ringfence transport) read the same revocation list at their next "
-                     "handshake; this drill does not force one, so they are not proven here")
+        contained, how, seconds = _judged(report, fp)
+        if report.revocation is not None:
+            evidence += [e for e in report.to_json()["evidence"] if e not in evidence]
+            notes += [n for n in report.revocation.notes if n not in notes]
         first = round(t_seen - t_attack, 3) if t_seen is not None else None  # first attack → first detection
-        seconds = round(last - t_rev, 3) if last is not None else None
-        within = f" within {seconds:g}s of the revocation" if seconds is not None else ""
         return DrillReport(
             scenario=NAME, target=ctx.target, started=started, finished=_iso(), attempts=tuple(attempts),
-            bystander=watch.result(), contained=contained,
-            containment=(f"{identity} ({fp}) revoked and reissued ({new_fp}); the copy refused by "
-                         f"{sum(1 for a in refused if a.got_through is False)}/{len(refused)} gate(s){within}; {how}"),
+            bystander=watch.result(), contained=contained, containment=how,
             detection_seconds=first, containment_seconds=seconds, notes=tuple(notes), evidence=tuple(evidence),
             store=str(ctx.store.path))
 
@@ -354,81 +304,48 @@ class CredentialCompromise:
             shot = _request(site, victim, stolen, req, {}, v_addr, fp)
             status = shot.res.get("status")
             out[req.service] = (shot.res.get("outcome") == "response" and isinstance(status, int)
-                                and 200 <= status < 300 and not _gate_said_no(shot.res, shot.gate))
+                                and 200 <= status < 300 and not gate_said_no(shot.res, shot.gate))
             rec(RecordKind.OBSERVATION, f"node {victim}", {
                 "step": f"control-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
                 "accepted": out[req.service]})
         return out
 
-    @staticmethod
-    def _replay(ctx: DrillContext, site: Site, plan: Sequence[Request], victim: str,
-                v_addr: str, stolen: Path, fp: str, t_rev: float,
-                rec: _Rec, control: bool) -> tuple[list[Attempt], float | None]:
-        """The revoked copy from the victim's address, again until every gate refuses it (or the wait ends)."""
-        out: list[Attempt] = []
-        last: float | None = None
-        for req in plan:
-            deadline = time.monotonic() + ctx.timeout
-            while True:
-                shot = _request(site, victim, stolen, req, {}, v_addr, fp)
-                through, why = judge_revoked(shot.res, shot.gate, req)
-                if through is not True or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.2)
-            if not control and through is False:
-                through, why = None, f"{why} — but the copy was not accepted before revocation either"
-            refusal = next((e for e in shot.gate if e.get("result") == "refused"), None)
-            at = float(refusal["t"]) if refusal is not None and through is False else None
-            if at is not None:
-                last = max(last or at, at)
-            ev = rec(RecordKind.OBSERVATION, f"node {victim}", {
-                "step": f"revoked-cert-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
-                "gate": shot.gate, "got_through": through})
-            ctx.progress(f"revoked copy → {req.service}: {why}")
-            out.append(Attempt(
-                f"revoked-cert-{req.service}", victim, _site.named(ctx.policy, req.node, req.port),
-                f"the revoked copy replayed from {victim}'s own address (where only revocation can refuse it)",
-                through, why, refusal is not None, f"TLS gate of {req.node}: {refusal.get('reason')}"
-                if refusal is not None else "no gate event", round(at - t_rev, 3) if at is not None else None,
-                evidence=(ev,)))
-        return out, last
+def _refusals(report: ContainmentReport) -> tuple[GateCheck, ...]:
+    return report.revocation.refusals if report.revocation is not None else ()
 
-    @staticmethod
-    def _resumed(ctx: DrillContext, site: Site, policy: Policy, job: str, victim: str, new_fp: str, t_rev: float,
-                 rec: _Rec) -> tuple[bool | None, str]:
-        """Whether the victim's job kept training on the reissued credential (steps and shard reads move on,
-        and the victim's sidecar is seen using the new certificate)."""
-        spec = policy.job(job)
-        members = list(spec.members) if spec is not None else []
 
-        def counters() -> dict[str, Mapping[str, Any]]:
-            st = ctx.cluster.agent_status()
-            return {m: st[f"{m}-worker"].get("counters", {}) for m in members if f"{m}-worker" in st}
+def _replayed(policy: Policy, c: GateCheck, control: bool, report: ContainmentReport) -> Attempt:
+    """One gate's answer to the revoked copy (from ``contain --identity``'s proof) as a drill attempt; its
+    detection time is the revocation's: from the revocation to that gate's refusal."""
+    t_rev = report.revocation.revoked_at if report.revocation is not None else None
+    secs = round(c.at - t_rev, 3) if c.at is not None and t_rev is not None else None
+    through = None if c.proven is None else not c.proven
+    why = c.reason
+    if not control and through is False:
+        through, why = None, f"{why} — but the copy was not accepted before revocation either"
+    svc = next((s for s in policy.services if s.name == c.service), None)
+    port = svc.port_range[0] if svc is not None else None
+    return Attempt(f"revoked-cert-{c.service}", c.holder, _site.named(policy, c.gate, port),
+                   f"the revoked copy replayed from {c.holder}'s own address (where only revocation can refuse it)",
+                   through, why, c.at is not None, f"{c.reason} (its own log)" if c.at is not None
+                   else "no gate event", secs, evidence=(c.evidence,) if c.evidence else ())
 
-        before = counters()
-        deadline = time.monotonic() + ctx.timeout
-        now, on_new = before, False
-        while time.monotonic() < deadline:
-            now = counters()
-            on_new = any(e.get("dir") == "out" and e.get("node") == victim and e.get("own_fingerprint") == new_fp
-                         and e.get("result") == "allowed" for e in tls_run.read_events(site, since=t_rev))
-            moved = all(m in now and m in before and
-                        int(now[m].get("steps", 0)) - int(before[m].get("steps", 0)) >= 2 for m in members)
-            read = int(now.get(victim, {}).get("shards_read", 0)) > int(before.get(victim, {}).get("shards_read", 0))
-            if moved and read and on_new:
-                break
-            time.sleep(0.5)
-        unseen = [m for m in members if m not in now or m not in before]
-        steps = {m: int(now[m].get("steps", 0)) - int(before[m].get("steps", 0)) for m in members if m not in unseen}
-        shards = (int(now.get(victim, {}).get("shards_read", 0)) - int(before.get(victim, {}).get("shards_read", 0))
-                  if victim not in unseen else None)
-        ok: bool | None = None if unseen else (all(s >= 2 for s in steps.values()) and bool(shards) and on_new)
-        how = (f"job {job} progress unreadable at {', '.join(unseen)}" if unseen else
-               f"job {job} {'kept' if ok else 'did NOT keep'} training on the reissued credential: steps "
-               f"{steps}, {victim} read {shards} shard(s){', its sidecar on the new certificate' if on_new else ''}")
-        rec(RecordKind.OBSERVATION, f"job {job}", {"step": "recovery", "steps": steps, "shards_read": shards,
-                                                  "new_fingerprint": new_fp, "on_new_certificate": on_new, "ok": ok})
-        return ok, how
+
+def _judged(report: ContainmentReport, fp: str) -> tuple[bool | None, str, float | None]:
+    """(contained, in words, revocation → last refusal) from ``contain --identity``'s report: held only when
+    its verdict is a pass *and* the certificate it revoked is the one that was copied."""
+    rev = report.revocation
+    if rev is None:
+        return None, "contain --identity made no revocation", None
+    revoked = [c.fingerprint for c in rev.certificates]
+    contained = False if rev.verdict is Verdict.FAIL else (True if report.ok and fp in revoked else None)
+    what = ", ".join(f"{c.fingerprint} (serial {c.serial:x}) → {c.new_fingerprint}" for c in rev.certificates)
+    copied = "" if fp in revoked else f"; the copy {fp} is NOT among the certificates revoked"
+    refused = sum(1 for c in rev.refusals if c.proven is True)
+    within = f" within {rev.latency_s:g}s of the revocation" if rev.latency_s is not None else ""
+    return contained, (
+        f"contain --identity {rev.identity}: {rev.verdict.value}; revoked and reissued {what}{copied}; the copy "
+        f"refused by {refused}/{len(rev.gates)} gate(s){within}; {rev.recovery.get('detail', '')}"), rev.latency_s
 
 
 def _unproven(a: Attempt) -> Attempt:
@@ -440,4 +357,4 @@ def _unproven(a: Attempt) -> Attempt:
 SCENARIO = CredentialCompromise()
 
 __all__ = ["NAME", "RANK_REQUESTS", "SCENARIO", "CredentialCompromise", "Request", "attack_plan", "choose_victim",
-           "judge_attack", "judge_revoked"]
+           "judge_attack"]

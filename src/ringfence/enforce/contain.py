@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringfence.controls.interface import ProbeResult
+from ringfence.controls.interface import ProbeResult, Verdict
 from ringfence.enforce.apply import FABRIC, live_rulesets
 from ringfence.enforce.facts import CONTAIN_SOURCE, CONTAINMENT_FORMAT, probe_to_json
 from ringfence.enforce.interface import EnforceError
@@ -47,6 +47,9 @@ from ringfence.enforce.probe_matrix import (
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy
 from ringfence.targets.interface import Executor
+
+if TYPE_CHECKING:
+    from ringfence.enforce.revoke import Revocation
 
 #: Takes ``seconds`` of capture into the given path and returns the path (the lab's ``capture``).
 CaptureFn = Callable[[float, Path], Path]
@@ -377,6 +380,8 @@ class ContainmentReport:
     started: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     seconds: float | None = None  # from isolating to the end of the proof
     notes: tuple[str, ...] = ()  # what the proof could not show, and why (the plan's skipped probes)
+    # an identity's containment is its certificate's revocation (ringfence.enforce.revoke), not isolation
+    revocation: Revocation | None = None
 
     @property
     def isolated(self) -> bool | None:
@@ -393,14 +398,20 @@ class ContainmentReport:
     @property
     def ok(self) -> bool:
         """Contained, isolation proven at both points, collector reachable, others training, release (if any) works."""
+        if self.revocation is not None:  # revoked, refused everywhere, reissued; nobody else stopped training
+            return self.revocation.verdict is Verdict.PASS and self.training.get("others_training") is not False
         released_ok = self.released_evidence is None or all(p.outcome == "connected" for p in self.release_probes)
         return bool(self.isolated and self.collector_reachable is not False and all(self.points.values())
                     and self.training.get("others_training") is not False and released_ok)
 
     def to_json(self) -> dict[str, Any]:
-        """The containment facts document (``Facts.containment``; see docs/enforcement.md)."""
+        """The containment facts document (``Facts.containment``; see docs/enforcement.md); an identity's
+        revocation adds ``revocation`` (:meth:`ringfence.enforce.revoke.Revocation.to_json`)."""
         ev = [e for e in (self.snapshot.evidence if self.snapshot else None, self.contained_evidence,
                           self.probe_evidence, self.released_evidence) if e]
+        extra = {"revocation": self.revocation.to_json()} if self.revocation is not None else {}
+        if self.revocation is not None:  # each gate's refusal and acceptance is its own record
+            ev += [c.evidence for c in (*self.revocation.refusals, *self.revocation.accepted) if c.evidence]
         return {
             "format": CONTAINMENT_FORMAT, "target": self.target, "started": self.started,
             "subject": self.subject.to_json(), "contained": self.contained_evidence is not None,
@@ -412,7 +423,7 @@ class ContainmentReport:
             "snapshot": self.snapshot.to_json() if self.snapshot else {},
             "probes": [probe_to_json(p) for p in self.probes],
             "release_probes": [probe_to_json(p) for p in self.release_probes],
-            "evidence": ev, "ok": self.ok, "seconds": self.seconds, "notes": list(self.notes),
+            "evidence": ev, "ok": self.ok, "seconds": self.seconds, "notes": list(self.notes), **extra,
         }
 
 

@@ -24,6 +24,27 @@ class SubjectModel(Strict):
     addresses: list[str] = []
 
 
+class RevocationModel(Strict):
+    """An identity's containment (``contain --identity``): its certificates revoked and reissued, every gate's
+    refusal of the old one and acceptance of the new one, the recovery (``ringfence.enforce.revoke``)."""
+
+    identity: str
+    verdict: Literal["pass", "fail", "unknown"]
+    why: str
+    certificates: list[dict[str, Any]]
+    in_ca: bool | None
+    published: dict[str, bool | None]
+    gates: list[str]
+    refusals: list[dict[str, Any]]
+    accepted: list[dict[str, Any]]
+    revoked_at: float | None
+    latency_s: float | None
+    published_at: float | None = None
+    publish_s: float | None = None
+    recovery: dict[str, Any]
+    notes: list[str] = []
+
+
 class ContainmentDoc(Strict):
     """One containment report."""
 
@@ -46,6 +67,7 @@ class ContainmentDoc(Strict):
     ok: bool | None = None
     seconds: float | None = None
     notes: list[str] = []
+    revocation: RevocationModel | None = None
 
 
 def drills(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -53,7 +75,10 @@ def drills(report: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``node``, ``isolated`` (no deny probe connected), ``by_policy`` (every deny proven by its counter),
     ``points`` (a proven denial at the node and at the fabric), ``others_unaffected`` (other jobs kept
     training and the collector stayed reachable), ``restored`` (released and the node's approved paths
-    connect again; None when not released), ``seconds``, ``evidence``."""
+    connect again; None when not released), ``seconds``, ``evidence``. An identity's revocation isolates no
+    node, so it is no such drill (none)."""
+    if report.get("revocation") is not None:
+        return []
     probes = [p for p in report.get("probes", []) if isinstance(p, Mapping)]
     denies = [p for p in probes if p.get("expected") == "deny"]
     isolated = (not any(p.get("outcome") == "connected" for p in denies)) if denies else None
@@ -91,4 +116,5 @@ def load_containment_facts(*paths: str | Path) -> dict[str, Any]:
     return value
 
 
-__all__ = ["CONTAINMENT_FORMAT", "ContainmentDoc", "SubjectModel", "drills", "load", "load_containment_facts"]
+__all__ = ["CONTAINMENT_FORMAT", "ContainmentDoc", "RevocationModel", "SubjectModel", "drills", "load",
+           "load_containment_facts"]

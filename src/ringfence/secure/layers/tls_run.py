@@ -26,6 +26,7 @@ executor at the same path, and the sidecars are started, watched and stopped thr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -277,20 +278,27 @@ class Rotated:
     old_fingerprint: str
     new_fingerprint: str
     retired: Path  # directory keeping the old cert and (0600) key, for the refusal proof only
+    old_serial: int = 0  # the old certificate's serial (the CRL's name for it)
+    revoked_at: float | None = None  # epoch seconds the CA revoked the old certificate
 
 
-def rotate_tls(
+def reissue_tls(
     site: Site,
     policy: Policy,
     *,
     lifetime: timedelta | None = None,
     evidence: EvidenceStore | None = None,
     nodes: Iterable[str] | None = None,
+    reason: str = "rotated",
 ) -> tuple[Rotated, ...]:
-    """Re-issue every sidecar certificate with a new key, then revoke the old ones; the sidecars reload live.
+    """Make before break, without publishing: re-issue each node's certificate with a new key, push it to the
+    node, then revoke the old ones at the CA (only once every replacement is in place) and record it.
 
-    The old certificate and key are moved to ``<lab layer dir>/retired/<node>`` (key 0600) so that
-    ``verify`` can prove the old credential is refused; :func:`forget_retired` deletes them.
+    The revocation list is *not* pushed to the sidecars here (:func:`publish_revocations` does that): a
+    caller that must know which node got it (``contain --identity``) pushes it itself, one node at a time.
+    ``reason`` is recorded with each key event (``rotated``, ``revoked``). The old certificate and key are
+    moved to ``<site layer dir>/retired/<node>`` (key 0600) for the refusal proof; :func:`forget_retired`
+    deletes them.
     """
     store = StateStore(site.name)
     rt = Runtime(site, store)
@@ -310,30 +318,50 @@ def rotate_tls(
         shutil.copy2(cert_dir / "ca.pem", retired / "ca.pem")
         old, new = pki.rotate(pdir, cert_dir, lifetime=life)
         push_credential(rt, node, cert_dir)
-        out.append(Rotated(node, new.info.identity or "", old.fingerprint, new.info.fingerprint, retired))
+        out.append(Rotated(node, new.info.identity or "", old.fingerprint, new.info.fingerprint, retired, old.serial))
+    done: list[Rotated] = []
     for r in out:  # revoked only once every replacement is in place: no moment without a valid credential
         pki.revoke(pdir, r.retired / "cert.pem")
-    publish_revocations(rt, info["nodes"])
-    for r in out:
+        done.append(dataclasses.replace(r, revoked_at=time.time()))
+    for r in done:
         if evidence is not None:
             evidence.append(
                 RecordKind.KEY_EVENT,
                 source="secure:tls",
                 subject=r.identity,
                 data={
-                    "event": "rotated",
+                    "event": reason,
                     "node": r.node,
                     "old_fingerprint": r.old_fingerprint,
+                    "old_serial": f"{r.old_serial:x}",
                     "new_fingerprint": r.new_fingerprint,
                     "old_revoked": True,
                 },
             )
     st = store.read()
     nodes_info = dict(st.info["tls"]["nodes"])
-    for r in out:
+    for r in done:
         nodes_info[r.node] = {"identity": r.identity, "fingerprint": r.new_fingerprint}
     store.update(info={**st.info, "tls": {**st.info["tls"], "nodes": nodes_info}})
-    return tuple(out)
+    return tuple(done)
+
+
+def rotate_tls(
+    site: Site,
+    policy: Policy,
+    *,
+    lifetime: timedelta | None = None,
+    evidence: EvidenceStore | None = None,
+    nodes: Iterable[str] | None = None,
+) -> tuple[Rotated, ...]:
+    """Re-issue every sidecar certificate with a new key, then revoke the old ones; the sidecars reload live.
+
+    :func:`reissue_tls`, then the revocation list pushed to every sidecar (:func:`publish_revocations`).
+    """
+    out = reissue_tls(site, policy, lifetime=lifetime, evidence=evidence, nodes=nodes)
+    info = StateStore(site.name).read().info["tls"]
+    publish_revocations(Runtime(site), info["nodes"])
+    return out
 
 
 def forget_retired(site: str) -> None:
@@ -342,12 +370,21 @@ def forget_retired(site: str) -> None:
 
 
 def probe_request(
-    site: Site, node: str, cert_dir: Path, url: str, *, method: str = "GET", body: str = "", timeout: float = 5.0
+    site: Site,
+    node: str,
+    cert_dir: Path,
+    url: str,
+    *,
+    method: str = "GET",
+    body: str = "",
+    timeout: float = 5.0,
+    push: bool = True,
 ) -> dict[str, Any]:
     """One HTTPS request from ``node``'s address with the credential in ``cert_dir`` (not the node's sidecar).
 
-    The credential (on the controller) is written to the same path on ``node`` first, then the probe
-    runs there through the node's executor.
+    The credential (on the controller) is written to the same path on ``node`` first (``push=False``: the
+    caller already did, once — probes run at once from one node must not rewrite the same files), then the
+    probe runs there through the node's executor.
 
     Returns the outcome as a dict: ``outcome`` (``response`` | ``refused`` | ``closed`` | ``error``),
     ``status``, ``body``, ``server_fingerprint``, ``own_fingerprint``, ``error``.
@@ -355,8 +392,9 @@ def probe_request(
     store = StateStore(site.name)
     rt = Runtime(site, store)
     revoked = pki_dir(site.name, store) / "ca" / "revoked.txt"
-    push_credential(rt, node, cert_dir)
-    publish_revocations(rt, [node])
+    if push:
+        push_credential(rt, node, cert_dir)
+        publish_revocations(rt, [node])
     argv, env = rt.python(
         node,
         "ringfence.secure.layers._tls_mesh",
@@ -435,5 +473,6 @@ __all__ = [
     "publish_revocations",
     "push_credential",
     "read_events",
+    "reissue_tls",
     "rotate_tls",
 ]

@@ -12,6 +12,13 @@ Protocol (initiator I = the higher rank, responder R = the lower one)::
 
 A refusal is a plaintext ALERT naming the reason, then the connection is closed; the refusing rank
 raises as well: a group with an impostor in it does not start.
+
+Revocation is checked at every handshake against the list as it is *then*: the file
+(``config.revoked``) is re-read for each peer, on top of the list loaded with the rank's credentials
+(a list never forgets: a fingerprint once seen stays revoked). A certificate revoked while a group
+forms — a rank waiting in ``accept`` for minutes — is refused at its next handshake. Links already
+made are not re-authenticated (a rekey is symmetric): a revoked peer already in a group stays until
+the group is formed again, where its handshake is refused.
 """
 
 from __future__ import annotations
@@ -162,8 +169,24 @@ def _decode_hello(body: bytes, *, peer: str) -> _Hello:
     return _Hello(rank, want, world, *fields)
 
 
+def current_revocations(creds: Credentials, config: TransportConfig) -> frozenset[str]:
+    """The revocation list for a handshake now: what was loaded at start plus the file read again (so a
+    certificate revoked since is refused). An unreadable list refuses the handshake (fail closed)."""
+    try:
+        return creds.revoked | pki.load_revocations(config.revoked)
+    except RingfenceError as exc:
+        raise TransportError(f"cannot read the revocation list again: {exc.message}") from exc
+
+
 def _check_peer(
-    creds: Credentials, hello: _Hello, *, rank: int, world: int, group: bytes, who: str
+    creds: Credentials,
+    hello: _Hello,
+    *,
+    rank: int,
+    world: int,
+    group: bytes,
+    who: str,
+    revoked: frozenset[str] | None = None,
 ) -> x509.Certificate:
     """Verify a peer's HELLO: same group and world, addressed to us, certificate of the claimed rank."""
     if hello.world != world or hello.group != group or hello.peer != rank:
@@ -178,7 +201,10 @@ def _check_peer(
     except ValueError as exc:
         raise TransportError(f"{who} sent an unreadable certificate") from exc
     try:
-        pki.verify_certificate(cert, creds.ca, revoked=creds.revoked, expected_identity=creds.expected(hello.rank))
+        pki.verify_certificate(
+            cert, creds.ca, revoked=creds.revoked if revoked is None else revoked,
+            expected_identity=creds.expected(hello.rank),
+        )
     except pki.CertificateRejected as exc:
         raise TransportError(f"refused {who} claiming rank {hello.rank}: {exc.message}", peer=hello.rank) from exc
     return cert
@@ -248,7 +274,8 @@ def initiate(
     try:
         if hello_r.rank != peer:
             raise TransportError(f"{who} answered as rank {hello_r.rank}", peer=peer)
-        cert = _check_peer(creds, hello_r, rank=rank, world=world, group=group, who=who)
+        cert = _check_peer(creds, hello_r, rank=rank, world=world, group=group, who=who,
+                           revoked=current_revocations(creds, config))
         th = hashes.Hash(hashes.SHA256())
         th.update(body_i + _encode_hello(hello_r, with_sig=False))
         digest = th.finalize()
@@ -297,7 +324,8 @@ def respond(
         if kind is not RecordType.HELLO:
             raise TransportError(f"{who} did not start with HELLO ({kind.name})")
         hello_i = _decode_hello(body, peer=who)
-        cert = _check_peer(creds, hello_i, rank=rank, world=world, group=group, who=who)
+        cert = _check_peer(creds, hello_i, rank=rank, world=world, group=group, who=who,
+                           revoked=current_revocations(creds, config))
         if hello_i.rank in taken or hello_i.rank < rank:
             raise TransportError(f"{who}: rank {hello_i.rank} is already connected or must not initiate")
     except TransportError as exc:
@@ -328,4 +356,4 @@ def respond(
     return link
 
 
-__all__ = ["VERSION", "Credentials", "initiate", "load_credentials", "respond"]
+__all__ = ["VERSION", "Credentials", "current_revocations", "initiate", "load_credentials", "respond"]
