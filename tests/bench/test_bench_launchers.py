@@ -196,6 +196,13 @@ def test_srun_submits_one_step_through_the_submit_host_and_records_its_job() -> 
     assert ex.ran == []  # srun finished: nothing left to cancel
 
 
+def test_under_srun_each_rank_is_recorded_where_slurm_placed_it() -> None:
+    host, _ = _slurm_host(_print(_events(0, label=True, job="5", node="w1") + _events(1, label=True, job="5",
+                                                                                        node="w0")))
+    run = run_allreduce(_ranks([FakeExecutor("w0"), FakeExecutor("w1")]), SPEC, launcher=SrunLauncher(host))
+    assert run.config.nodes == ("w1", "w0") and run.config.interfaces == ("eth1", "eth0")
+
+
 def test_the_launch_is_kept_in_the_run_file(tmp_path: Path) -> None:
     host, _ = _slurm_host(_print(_events(0, label=True, job="9") + _events(1, label=True, job="9")))
     run = run_allreduce(_ranks([FakeExecutor("w0"), FakeExecutor("w1")]), SPEC, launcher=SrunLauncher(host))

@@ -211,8 +211,6 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     pytest.importorskip("torch")
     t0 = time.monotonic()
     ssh = ["--target", "ssh", "--hosts", str(hosts), "--policy", str(policy)]
-    if "tls" in StateStore(lab.name).read().info:  # an earlier test's: off, so that step 1 enables it itself
-        assert main(["encrypt", "disable", "--layer", "tls", *ssh]) == 0
     state, evidence = tmp_path / "ro.json", tmp_path / "evidence"
     common = ["--state", str(state), "--evidence", str(evidence)]
     assert main(["rollout", "plan", *common, "--pair", "worker-0,worker-1", "--layer", "noop", *ssh,
@@ -222,14 +220,21 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     store = EvidenceStore.open(evidence)
 
     def step(n: int, tries: int = 1) -> StepStatus:
+        t = time.monotonic()
         for _ in range(tries):  # a capture that saw no replication cannot tell: the step says run it again
             main(["rollout", "advance", *common, "--step", str(n)])
             status = Rollout.open(state, store).state.step(n).status
             if status is not StepStatus.PENDING:
                 break
+        print(f"\nrollout over ssh, step {n}: {status.value}, {time.monotonic() - t:.1f} s", file=sys.__stderr__,
+              flush=True)
         return status
 
+    # step 1 enables TLS over SSH, or finds it in force (this module's layer test enabled it over SSH): either way
+    # its proof is a capture taken on every host over SSH
     assert step(1, tries=3) is StepStatus.DONE, Rollout.open(state, store).state.step(1).detail
+    applied = store.get(Rollout.open(state, store).state.step(1).evidence[0]).data
+    assert applied["verdict"] == "pass" and set(applied["classes"]) == {"storage", "management", "replication"}
     tls = StateStore(lab.name).read()
     assert {"storage", "management", "replication"} <= {c for c, layer in tls.classes.items() if layer == "tls"}
     assert {p.label for p in tls.processes} >= {"tls-storage", "tls-worker-0"}
@@ -253,7 +258,7 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     assert ro.state.baseline is not None
     baseline = load_run(state.with_name(ro.state.baseline.path))
     assert baseline.config.nodes == ("worker-0", "worker-1") and "launcher: direct" in baseline.notes
-    # and it all went through sshd: TLS's sidecars on storage and the workers, the ranks on the workers
+    # and it all went through sshd: the capture and TLS's sidecars on storage and the workers, the ranks on the workers
     assert all(_accepted(lab, n) > sessions[n] for n in sessions), (sessions, {n: _accepted(lab, n) for n in sessions})
     assert store.verify().ok
     print(f"\nrollout over ssh: gate {ro.state.verdict}, {time.monotonic() - t0:.1f} s", file=sys.__stderr__,

@@ -209,7 +209,8 @@ def run_allreduce(
     master_addr = ranks[0].address
     port = master_port or _free_port(master_addr)
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-", dir=workdir) as tmp:
-        launch = Launch(chosen.name, nodes=[r.node for r in ranks], interfaces=[r.interface or "" for r in ranks])
+        launch = Launch(chosen.name, nodes=[r.node for r in ranks], interfaces=[r.interface or "" for r in ranks],
+                        by_node={r.node: r.interface or "" for r in ranks})
         launch.identity["launcher"] = chosen.name
         try:
             chosen.start(LaunchContext(ranks, spec, master_addr, port, Path(tmp), (python,)), launch)

@@ -76,6 +76,7 @@ class Launch:
     launcher: str
     nodes: list[str]  # node of each global rank (as planned; a rank's ``ready`` may correct it)
     interfaces: list[str]  # GLOO_SOCKET_IFNAME of each rank ("" when none was set)
+    by_node: dict[str, str] = field(default_factory=dict)  # node → its GLOO_SOCKET_IFNAME, for a rank Slurm placed
     streams: list[Stream] = field(default_factory=list)
     identity: dict[str, str] = field(default_factory=dict)  # launcher, slurm_job, submit_host, …
     cleanup: Callable[[Launch], None] | None = None  # e.g. scancel, before the processes are stopped
@@ -87,6 +88,7 @@ class Launch:
         node = event.get("node")
         if isinstance(node, str) and node and self.launcher == "srun":
             self.nodes[rank] = node
+            self.interfaces[rank] = self.by_node.get(node, self.interfaces[rank])
         job = event.get("slurm_job")
         if isinstance(job, str) and job:
             seen = self.identity.setdefault("slurm_job", job)
