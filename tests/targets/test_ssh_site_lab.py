@@ -214,8 +214,10 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     state, evidence = tmp_path / "ro.json", tmp_path / "evidence"
     common = ["--state", str(state), "--evidence", str(evidence)]
     assert main(["rollout", "plan", *common, "--pair", "worker-0,worker-1", "--layer", "noop", *ssh,
-                 "--sizes", "1M", "--warmup", "1", "--iters", "3", "--repeats", "1", "--timeout", "240"]) == 0
-    assert main(["rollout", "budget", *common, "--policy", str(policy), "--min-repeats", "1"]) == 0
+                 "--sizes", "1M", "--warmup", "1", "--iters", "8", "--repeats", "2", "--timeout", "240"]) == 0
+    # two interleaved pairs (B A | A B), the fewest in which a drift in time cancels: with one pair of a few
+    # iterations a noop canary once came out "fail" (p99 +186 %) through this module's WireGuard tunnel
+    assert main(["rollout", "budget", *common, "--policy", str(policy), "--min-repeats", "2"]) == 0
     sessions = {n: _accepted(lab, n) for n in ("storage", "worker-0", "worker-1")}
     store = EvidenceStore.open(evidence)
 
