@@ -69,3 +69,18 @@ def test_allreduce_on_loopback(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "repeat 1/1  [1/1]" in err and "busbw" in err
     run = load_run(out)
     assert run.config.nodes == ("x", "y") and run.wrong_total() == 0
+
+
+def test_launcher_flags_are_checked_before_anything_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert main(["bench", "allreduce", "--target", "local", "--nodes", "a,b", "--launcher", "srun"]) == 2
+    err = capsys.readouterr().err
+    assert "srun needs a site with a Slurm submit host" in err and "Traceback" not in err
+    assert main(["bench", "allreduce", "--target", "local", "--nodes", "a,b", "--submit-host", "mgmt"]) == 2
+    assert "only the srun launcher submits to Slurm" in capsys.readouterr().err
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts:\n  a: {address: 10.0.0.1, user: root, key: /k, known_hosts: /kh}\n"
+                     "  b: {address: 10.0.0.2, user: root, key: /k, known_hosts: /kh}\n")
+    assert main(["bench", "allreduce", "--target", "ssh", "--hosts", str(hosts), "--nodes", "a,b",
+                 "--launcher", "srun"]) == 2
+    assert "has no host 'mgmt' to run srun on (it has: a, b)" in capsys.readouterr().err

@@ -3,15 +3,20 @@ on a real cluster) lists it with its nodes, and flows captured on the lab are at
 
 from __future__ import annotations
 
+import json
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ringfence.analyze.attribute import attribute_flows
+from ringfence.cli import main
 from ringfence.jobs.live import squeue_spans
 from ringfence.jobs.slurm import parse_jobcomp, parse_squeue_json
 from ringfence.lab import Lab
+from ringfence.lab.netns import namespace_pids
 from ringfence.observe.flows.registry import read_any
 
 pytestmark = pytest.mark.privileged
@@ -80,6 +85,48 @@ def test_captured_flows_are_attributed_to_the_slurm_job_and_its_user(lab: Lab, l
     # nodes outside every job (user, jump, aux) get none
     others = {lab.topology.address(n) for n in ("user", "jump", "aux")}
     assert all(r["src_job"] is None for r in out if r["src"] in others)
+
+
+def test_a_benchmark_launched_by_srun_runs_on_the_slurmd_nodes_and_names_its_job(lab: Lab, tmp_path: Path) -> None:
+    """``bench allreduce --launcher srun``: one srun through mgmt's executor (the submit host), the ranks started by
+    the workers' slurmd; the run has busbw figures and the job id, which the scheduler's own record confirms."""
+    pytest.importorskip("torch")
+    out = tmp_path / "srun-run.json"
+    t0 = time.monotonic()
+    assert main(["bench", "allreduce", "--target", "lab", "--lab", lab.name, "--nodes", "worker-0,worker-1",
+                 "--launcher", "srun", "--submit-host", "mgmt", "--sizes", "1M", "--warmup", "1", "--iters", "3",
+                 "--repeats", "1", "--timeout", "180", "-o", str(out)]) == 0
+    took = time.monotonic() - t0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["nodes"] == ["worker-0", "worker-1"]  # where SLURMD_NODENAME says each rank ran
+    assert doc["config"]["interfaces"] == [lab.topology.interface(n) for n in ("worker-0", "worker-1")]
+    results = [r for rep in doc["repeats"] for r in rep["results"]]
+    assert len(results) == 1 and all(r["busbw"] > 0 and r["wrong"] == 0 for r in results)
+    launch = doc["launch"]
+    assert launch["launcher"] == "srun" and launch["submit_host"] == "mgmt" and launch["slurm_job"].isdigit()
+    assert any(n.startswith(f"launcher: srun, Slurm job {launch['slurm_job']}") for n in doc["notes"])
+    # the scheduler's own record of the job: jobcomp/filetxt writes it once the job has completed
+    deadline = time.monotonic() + 15
+    line = ""
+    while not line and time.monotonic() < deadline:
+        text = lab.slurm.jobcomp.read_text() if lab.slurm.jobcomp.exists() else ""
+        line = next((x for x in text.splitlines() if f"JobId={launch['slurm_job']} " in x), "")
+        time.sleep(0.2)
+    assert f"Name={launch['job_name']}" in line and "NodeList=worker-[0-1]" in line, line
+    assert "JobState=COMPLETED" in line, line
+    # nothing of it is left: srun ended (on mgmt), and the ranks with it (on the workers)
+    assert _naming(launch["job_name"]) == []
+    ranks = [pid for n in ("worker-0", "worker-1") for pid in namespace_pids(lab.topology.namespace(n))
+             if "ringfence.bench.worker" in _cmdline(pid)]
+    assert ranks == []
+    print(f"\nbench launched by srun (job {launch['slurm_job']}): {took:.1f} s", file=sys.__stderr__, flush=True)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # ended meanwhile
 
 
 def _naming(directory: str) -> list[str]:

@@ -1,16 +1,20 @@
 """Run the all-reduce benchmark across nodes: one worker process per rank, through executors.
 
-The driver starts ``python -m ringfence.bench.worker`` on each rank's executor (a lab namespace,
-an SSH host; :class:`~ringfence.targets.local.LocalExecutor` on loopback for development), reads
-the JSON lines each rank writes, reports progress as sizes complete, and builds a
-:class:`~ringfence.bench.run.BenchRun` whose iteration times are the slowest rank's. Ranks are
-stopped by pid when anything fails or the timeout passes.
+A launcher (:mod:`ringfence.bench.launchers`: ``direct``, ``torchrun``, ``srun``) starts
+``python -m ringfence.bench.worker`` for every rank through the executors (a lab namespace, an SSH
+host, a Slurm submit host; :class:`~ringfence.targets.local.LocalExecutor` on loopback for
+development); the driver reads the JSON lines the ranks write (each names its rank, so one stream
+may carry several), reports progress as sizes complete, and builds a
+:class:`~ringfence.bench.run.BenchRun` whose iteration times are the slowest rank's and whose
+``launch`` says how the ranks were started (the Slurm job under srun). What was started is stopped —
+by pid, and by ``scancel`` under srun — when anything fails or the timeout passes.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import sys
 import tempfile
@@ -18,13 +22,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringfence import __version__
+from ringfence.bench.errors import BenchError
 from ringfence.bench.run import BenchConfig, BenchRun, Repeat, SizeResult, size_result_from_times
 from ringfence.bench.stats import DTYPES
-from ringfence.errors import RingfenceError
-from ringfence.targets.interface import Executor, Process
+from ringfence.targets.interface import Executor
+
+if TYPE_CHECKING:
+    from ringfence.bench.launchers import Launch, Launcher, Stream
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -77,19 +84,19 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(parse_size(s) for s in text.split(",") if s.strip())
 
 
-class BenchError(RingfenceError):
-    """The benchmark could not run to completion (a rank failed, timed out, or spoke nonsense)."""
-
-
 @dataclass(frozen=True)
 class RankSpec:
     """Where one rank runs: its node name, the executor reaching it, the address it listens on,
-    and the interface gloo must use (``GLOO_SOCKET_IFNAME``; the tunnel's when tunnelled)."""
+    and the interface gloo must use (``GLOO_SOCKET_IFNAME``; the tunnel's when tunnelled).
+
+    Several ranks may name one node (consecutively): torchrun and srun then start that many per node."""
 
     node: str
     executor: Executor
     address: str
     interface: str | None = None
+    python: tuple[str, ...] = ()  # how ringfence modules start on the host (empty: the driver's interpreter)
+    env: Mapping[str, str] = field(default_factory=dict)  # the host's own additions (PYTHONPATH, SLURM_CONF)
 
 
 @dataclass(frozen=True)
@@ -132,17 +139,6 @@ class Progress:
     result: SizeResult
 
 
-@dataclass
-class _Rank:
-    spec: RankSpec
-    process: Process
-    stdout: Path
-    stderr: Path
-    offset: int = 0
-    pending: str = ""
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _free_port(address: str) -> int:
     # Only a loopback master can be probed from here; inside a namespace or on another host the port
     # space is not ours to see, so a random high port (collisions are rare and fail loudly) is used.
@@ -154,30 +150,24 @@ def _free_port(address: str) -> int:
     return random.randint(29500, 32999)
 
 
-def _worker_argv(python: str, rank: int, world: int, master: str, spec: BenchSpec) -> list[str]:
-    argv = [python, "-m", "ringfence.bench.worker", "--rank", str(rank), "--world", str(world),
-            "--master", master, "--sizes", ",".join(str(s) for s in spec.sizes), "--backend", spec.backend,
-            "--dtype", spec.dtype, "--warmup", str(spec.warmup), "--iters", str(spec.iterations),
-            "--repeats", str(spec.repeats), "--device", spec.device,
-            "--timeout", str(int(min(spec.collective_timeout_s, spec.timeout_s)))]
-    for plugin in spec.plugins:
-        argv += ["--plugin", plugin]
-    return argv
+#: srun --label puts "N: " before each line of task N
+_LABEL = re.compile(r"^\s*\d+: ")
 
 
-def _read_events(rank: _Rank) -> list[dict[str, Any]]:
+def _read_events(stream: Stream) -> list[dict[str, Any]]:
     try:
-        with rank.stdout.open("rb") as fh:
-            fh.seek(rank.offset)
+        with stream.stdout.open("rb") as fh:
+            fh.seek(stream.offset)
             chunk = fh.read()
     except OSError as exc:
-        raise BenchError(f"cannot read rank output {rank.stdout}: {exc.strerror or exc}") from exc
-    rank.offset += len(chunk)
-    text = rank.pending + chunk.decode("utf-8", errors="replace")
+        raise BenchError(f"cannot read the output of {stream.label} ({stream.stdout}): {exc.strerror or exc}") from exc
+    stream.offset += len(chunk)
+    text = stream.pending + chunk.decode("utf-8", errors="replace")
     lines = text.split("\n")
-    rank.pending = lines.pop()
+    stream.pending = lines.pop()
     new: list[dict[str, Any]] = []
     for line in lines:
+        line = _LABEL.sub("", line, count=1)
         if not line.strip():
             continue
         try:
@@ -187,7 +177,6 @@ def _read_events(rank: _Rank) -> list[dict[str, Any]]:
             continue
         if isinstance(event, dict) and "event" in event:
             new.append(event)
-    rank.events.extend(new)
     return new
 
 
@@ -202,64 +191,78 @@ def run_allreduce(
     ranks: Sequence[RankSpec],
     spec: BenchSpec,
     *,
+    launcher: Launcher | str = "direct",
     master_port: int | None = None,
     progress: Callable[[Progress], None] | None = None,
     python: str = sys.executable,
     workdir: Path | None = None,
 ) -> BenchRun:
-    """Run the benchmark with one rank per entry of ``ranks`` (rank 0 hosts the rendezvous)."""
+    """Run the benchmark with one rank per entry of ``ranks`` (rank 0's node hosts the rendezvous),
+    started by ``launcher`` (a name of :data:`~ringfence.bench.launchers.LAUNCHERS` without a submit
+    host, or a launcher); everything started is ended when it returns or raises."""
+    from ringfence.bench.launchers import Launch, LaunchContext, make_launcher
+
     spec.validate()
     if len(ranks) < 2:
         raise BenchError("an all-reduce benchmark needs at least 2 ranks")
-    world = len(ranks)
+    chosen = make_launcher(launcher) if isinstance(launcher, str) else launcher
     master_addr = ranks[0].address
     port = master_port or _free_port(master_addr)
-    master = f"[{master_addr}]:{port}" if ":" in master_addr else f"{master_addr}:{port}"
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-", dir=workdir) as tmp:
-        started: list[_Rank] = []
+        launch = Launch(chosen.name, nodes=[r.node for r in ranks], interfaces=[r.interface or "" for r in ranks],
+                        by_node={r.node: r.interface or "" for r in ranks})
+        launch.identity["launcher"] = chosen.name
         try:
-            for r, rs in enumerate(ranks):
-                env = {"MASTER_ADDR": master_addr, "MASTER_PORT": str(port), **spec.env}
-                if rs.interface:
-                    env["GLOO_SOCKET_IFNAME"] = rs.interface
-                out, err = Path(tmp, f"rank{r}.out"), Path(tmp, f"rank{r}.err")
-                proc = rs.executor.spawn(_worker_argv(python, r, world, master, spec), env=env, stdout=out, stderr=err)
-                started.append(_Rank(rs, proc, out, err))
-            _supervise(started, spec, progress)
+            chosen.start(LaunchContext(ranks, spec, master_addr, port, Path(tmp), (python,)), launch)
+            events = _supervise(launch, len(ranks), spec, progress)
         finally:
-            for rank in started:
-                rank.process.stop(timeout=5.0)
-        return _assemble(started, spec)
+            launch.stop()
+        return _assemble(launch, events, spec)
 
 
-def _supervise(ranks: list[_Rank], spec: BenchSpec, progress: Callable[[Progress], None] | None) -> None:
+def _rank_of(stream: Stream, event: Mapping[str, Any], world: int) -> int:
+    r = event.get("rank")
+    if not isinstance(r, int) or isinstance(r, bool) or r not in stream.ranks or not 0 <= r < world:
+        raise BenchError(f"{stream.label} reported an event of rank {r!r}; it runs ranks "
+                         f"{', '.join(map(str, stream.ranks))} of {world}")
+    return r
+
+
+def _supervise(launch: Launch, world: int, spec: BenchSpec,
+               progress: Callable[[Progress], None] | None) -> dict[int, list[dict[str, Any]]]:
     deadline = time.monotonic() + spec.timeout_s
-    world = len(ranks)
+    events: dict[int, list[dict[str, Any]]] = {r: [] for r in range(world)}
     arrived: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
     done_per_repeat: dict[int, int] = {}
+
+    def drain(stream: Stream) -> None:
+        for ev in _read_events(stream):
+            r = _rank_of(stream, ev, world)
+            events[r].append(ev)
+            launch.observe(r, ev)
+            if ev["event"] == "error":
+                raise BenchError(f"rank {r} on {launch.nodes[r]} failed: {ev.get('message', '?')}")
+            if ev["event"] == "size":
+                key = (int(ev["repeat"]), int(ev["size"]))
+                arrived.setdefault(key, {})[r] = ev
+                if len(arrived[key]) == world and progress is not None:
+                    done_per_repeat[key[0]] = done_per_repeat.get(key[0], 0) + 1
+                    progress(Progress(key[0], spec.repeats, done_per_repeat[key[0]], len(spec.sizes),
+                                      _combine(arrived[key], world)))
+
     while True:
-        for r, rank in enumerate(ranks):
-            for ev in _read_events(rank):
-                if ev["event"] == "error":
-                    raise BenchError(f"rank {r} on {rank.spec.node} failed: {ev.get('message', '?')}")
-                if ev["event"] == "size":
-                    key = (int(ev["repeat"]), int(ev["size"]))
-                    arrived.setdefault(key, {})[r] = ev
-                    if len(arrived[key]) == world and progress is not None:
-                        done_per_repeat[key[0]] = done_per_repeat.get(key[0], 0) + 1
-                        progress(Progress(key[0], spec.repeats, done_per_repeat[key[0]], len(spec.sizes),
-                                          _combine(arrived[key], world)))
-        codes = [rank.process.poll() for rank in ranks]
-        for r, code in enumerate(codes):
+        for stream in launch.streams:
+            drain(stream)
+        codes = [stream.process.poll() for stream in launch.streams]
+        for stream, code in zip(launch.streams, codes, strict=True):
             if code not in (None, 0):
-                _read_events(ranks[r])
-                errs = [e for e in ranks[r].events if e["event"] == "error"]
-                why = errs[0].get("message", "") if errs else _tail(ranks[r].stderr) or "no output"
-                raise BenchError(f"rank {r} on {ranks[r].spec.node} exited with {code}: {why}")
+                drain(stream)  # an error event the rank wrote before it exited names the cause
+                why = _tail(stream.stderr) or "no output"
+                raise BenchError(f"{stream.label} exited with {code}: {why}", hint=stream.hint)
         if all(code == 0 for code in codes):
-            for rank in ranks:
-                _read_events(rank)
-            return
+            for stream in launch.streams:
+                drain(stream)
+            return events
         if time.monotonic() > deadline:
             raise BenchError(
                 f"the benchmark did not finish within {spec.timeout_s:.0f} s; all ranks were stopped",
@@ -280,10 +283,23 @@ def _combine(by_rank: Mapping[int, Mapping[str, Any]], world: int) -> SizeResult
     return size_result_from_times(int(first["size"]), int(first["count"]), times, world, wrong)
 
 
-def _assemble(ranks: list[_Rank], spec: BenchSpec) -> BenchRun:
-    world = len(ranks)
-    notes: list[str] = []
-    ready = [next((e for e in rank.events if e["event"] == "ready"), None) for rank in ranks]
+def _launch_notes(launch: Launch) -> list[str]:
+    ident = launch.identity
+    if launch.launcher != "srun":
+        return [f"launcher: {launch.launcher}"]
+    job = ident.get("slurm_job")
+    if not job:
+        # without the job id the run cannot be tied to the scheduler's record: not a Slurm run as far as we know
+        raise BenchError(f"the ranks srun started on {ident.get('submit_host', '?')} reported no Slurm job id "
+                         "(SLURM_JOB_ID): the run cannot be attributed to a Slurm job")
+    return [f"launcher: srun, Slurm job {job} ({ident.get('job_name', '?')}, submitted on "
+            f"{ident.get('submit_host', '?')})"]
+
+
+def _assemble(launch: Launch, events: Mapping[int, list[dict[str, Any]]], spec: BenchSpec) -> BenchRun:
+    world = len(events)
+    notes: list[str] = _launch_notes(launch)
+    ready = [next((e for e in events[r] if e["event"] == "ready"), None) for r in range(world)]
     if any(e is None for e in ready):
         raise BenchError("a rank finished without announcing itself; is ringfence installed on every node?")
     versions = dict(ready[0]["versions"]) if ready[0] else {}
@@ -296,21 +312,21 @@ def _assemble(ranks: list[_Rank], spec: BenchSpec) -> BenchRun:
         results: list[SizeResult] = []
         for size in spec.sizes:
             by_rank: dict[int, dict[str, Any]] = {}
-            for r, rank in enumerate(ranks):
-                ev = next((e for e in rank.events if e["event"] == "size" and e["repeat"] == k and e["size"] == size),
+            for r in range(world):
+                ev = next((e for e in events[r] if e["event"] == "size" and e["repeat"] == k and e["size"] == size),
                           None)
                 if ev is None:
                     raise BenchError(f"rank {r} reported no result for {size} bytes in repeat {k + 1}")
                 by_rank[r] = ev
             results.append(_combine(by_rank, world))
-        started = next((str(e["started"]) for e in ranks[0].events if e["event"] == "repeat" and e["repeat"] == k), "")
+        started = next((str(e["started"]) for e in events[0] if e["event"] == "repeat" and e["repeat"] == k), "")
         repeats.append(Repeat(results=tuple(results), started=started, source="ringfence bench allreduce"))
     config = BenchConfig(
         tool="ringfence",
         sizes=spec.sizes,
         dtype=spec.dtype,
         world_size=world,
-        nodes=tuple(rank.spec.node for rank in ranks),
+        nodes=tuple(launch.nodes),
         warmup=spec.warmup,
         iterations=spec.iterations,
         versions=tuple(sorted(versions.items())),
@@ -318,6 +334,7 @@ def _assemble(ranks: list[_Rank], spec: BenchSpec) -> BenchRun:
         placement="in-place",
         backend=spec.backend,
         layer=spec.layer,
-        interfaces=tuple(rank.spec.interface or "" for rank in ranks),
+        interfaces=tuple(launch.interfaces),
     )
-    return BenchRun(config=config, repeats=tuple(repeats), notes=tuple(notes))
+    return BenchRun(config=config, repeats=tuple(repeats), notes=tuple(notes),
+                    launch=tuple(sorted(launch.identity.items())))

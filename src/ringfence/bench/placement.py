@@ -42,9 +42,11 @@ def site_ranks(site: Site, nodes: Sequence[str], interfaces: Sequence[str | None
     """One rank per node of ``site`` (a lab, SSH hosts), through its executor, at its address and interface.
 
     An interface given in ``interfaces`` (a tunnel's, when the canary is tunnelled) replaces the
-    host's own for ``GLOO_SOCKET_IFNAME``. An unknown node is a :class:`~ringfence.targets.interface.TargetError`
+    host's own for ``GLOO_SOCKET_IFNAME``. Each rank starts with its host's interpreter and environment.
+    An unknown node is a :class:`~ringfence.targets.interface.TargetError`
     naming the site's nodes.
     """
     ifaces = list(interfaces) if interfaces is not None else [None] * len(nodes)
     return [RankSpec(node=n, executor=site.executor(n), address=site.address(n),
-                     interface=i or site.host(n).interface) for n, i in zip(nodes, ifaces, strict=True)]
+                     interface=i or site.host(n).interface, python=tuple(site.host(n).python),
+                     env=dict(site.host(n).env)) for n, i in zip(nodes, ifaces, strict=True)]

@@ -154,6 +154,9 @@ class BenchRun:
     config: BenchConfig
     repeats: tuple[Repeat, ...]
     notes: tuple[str, ...] = ()
+    # how the ranks were started (launcher, and under srun the Slurm job id and submit host): who ran the
+    # measurement, for attribution; not part of the test, so not hashed
+    launch: tuple[tuple[str, str], ...] = ()
 
     @property
     def config_hash(self) -> str:
@@ -227,6 +230,7 @@ class _RunModel(_Strict):
     config_hash: str
     repeats: list[_RepeatModel]
     notes: list[str] = []
+    launch: dict[str, str] = {}
 
 
 def run_to_dict(run: BenchRun) -> dict[str, Any]:
@@ -275,6 +279,7 @@ def run_to_dict(run: BenchRun) -> dict[str, Any]:
             for rep in run.repeats
         ],
         "notes": list(run.notes),
+        **({"launch": dict(run.launch)} if run.launch else {}),
     }
 
 
@@ -333,7 +338,7 @@ def run_from_dict(data: Mapping[str, Any], where: str = "<run>") -> BenchRun:
     )
     if not repeats:
         raise RunFileError(where, "repeats: the run has no repeats")
-    return BenchRun(config=cfg, repeats=repeats, notes=tuple(m.notes))
+    return BenchRun(config=cfg, repeats=repeats, notes=tuple(m.notes), launch=tuple(sorted(m.launch.items())))
 
 
 def save_run(run: BenchRun, path: str | Path) -> None:

@@ -1,6 +1,11 @@
 """One rank of the all-reduce benchmark: ``python -m ringfence.bench.worker --rank R --world N ...``.
 
-Started by :mod:`ringfence.bench.driver` through an executor (a lab namespace, an SSH host, a pod).
+Started by a launcher of :mod:`ringfence.bench.launchers` through an executor (a lab namespace, an SSH
+host, a pod). Its rank, world and rendezvous come from the command line (``direct``), else from
+torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``;
+the rendezvous store is then torchrun's own), else from Slurm's (``SLURM_PROCID``, ``SLURM_NTASKS``,
+``SLURM_LOCALID``; the master is the first node of the step, at its ``--node-addr`` address, on
+``--master-port``).
 It speaks JSON lines on stdout, one event per line, flushed as it goes so the driver can show
 progress: ``ready`` (host, versions), ``repeat`` (a sweep starts), ``size`` (this rank's
 per-iteration times and wrong-element count for one size), ``done``; or ``error`` and exit 1.
@@ -16,16 +21,19 @@ import argparse
 import datetime as _dt
 import importlib
 import json
+import os
 import platform
+import re
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ringfence.bench.stats import DTYPES
 
-__all__ = ["PATTERN_PERIOD", "main"]
+__all__ = ["PATTERN_PERIOD", "Placement", "expand_hostlist", "main", "placement"]
 
 #: Rank r contributes 1 + ((i + r) mod PERIOD) at element i; the sum is at most PERIOD·n.
 PATTERN_PERIOD = 4
@@ -47,9 +55,12 @@ def _load_plugin(spec: str) -> None:
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ringfence.bench.worker")
-    p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--world", type=int, required=True)
-    p.add_argument("--master", required=True, help="ADDR:PORT of rank 0's rendezvous")
+    p.add_argument("--rank", type=int, help="this rank (default: torchrun's RANK or Slurm's SLURM_PROCID)")
+    p.add_argument("--world", type=int, help="ranks in all (default: WORLD_SIZE or SLURM_NTASKS)")
+    p.add_argument("--master", help="ADDR:PORT of rank 0's rendezvous (default: from torchrun or Slurm)")
+    p.add_argument("--master-port", type=int, help="under Slurm: the rendezvous port on the step's first node")
+    p.add_argument("--node-addr", default="", help="under Slurm: NODE=ADDR,… (the address peers reach a node at)")
+    p.add_argument("--node-iface", default="", help="under Slurm: NODE=IFACE,… (GLOO_SOCKET_IFNAME per node)")
     p.add_argument("--sizes", required=True, help="comma-separated sizes in bytes")
     p.add_argument("--backend", default="gloo")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -62,17 +73,98 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _pairs(text: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in text.split(",") if "=" in p)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list → names: ``worker-[0-2,5],mgmt`` → worker-0, worker-1, worker-2, worker-5, mgmt
+    (zero padding kept: ``n[08-10]`` → n08, n09, n10)."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]*(?:\[[^\]]*\][^,\[]*)*", text):
+        if not part:
+            continue
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if m is None:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for rng in ranges.split(","):
+            lo, _, hi = rng.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.extend(expand_hostlist(f"{prefix}{i:0{width}d}{suffix}"))
+    return names
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this rank sits and how it meets the others."""
+
+    rank: int
+    world: int
+    init_method: str  # tcp://ADDR:PORT, or env:// under torchrun (its agent's store)
+    launcher: str  # direct, torchrun, srun
+    local_rank: int = 0
+    node: str = ""  # the node it runs on, as the scheduler names it (Slurm)
+    slurm_job: str = ""
+
+
+def placement(args: argparse.Namespace, env: Mapping[str, str]) -> Placement:
+    """This rank's place from the command line, else torchrun's environment, else Slurm's."""
+    if args.rank is not None and args.world is not None and args.master:
+        host, _, port = args.master.rpartition(":")
+        return Placement(args.rank, args.world, f"tcp://{host}:{port}", "direct")
+    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env):
+        missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in env]
+        if missing:
+            raise ValueError(f"torchrun did not set {', '.join(missing)}")
+        # env:// reuses torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE) at MASTER_ADDR:MASTER_PORT
+        return Placement(int(env["RANK"]), int(env["WORLD_SIZE"]), "env://", "torchrun",
+                         local_rank=int(env["LOCAL_RANK"]))
+    if "SLURM_PROCID" in env:
+        missing = [k for k in ("SLURM_NTASKS", "SLURM_LOCALID") if k not in env]
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+        if missing or not nodelist:
+            raise ValueError(f"Slurm did not set {', '.join(missing) or 'SLURM_STEP_NODELIST'}")
+        port = args.master_port or (int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else None)
+        if port is None:
+            raise ValueError("under Slurm the rendezvous port is given by --master-port (or MASTER_PORT)")
+        first = expand_hostlist(nodelist)[0]
+        addr = _pairs(args.node_addr).get(first, first)  # a real cluster's node name resolves; the lab's do not
+        host = f"[{addr}]" if ":" in addr else addr
+        return Placement(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), f"tcp://{host}:{port}", "srun",
+                         local_rank=int(env["SLURM_LOCALID"]), node=env.get("SLURMD_NODENAME", ""),
+                         slurm_job=env.get("SLURM_JOB_ID", ""))
+    raise ValueError("no --rank/--world/--master given, and neither torchrun's nor Slurm's environment is set")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run this rank; return the process exit code."""
     args = _parse(argv)
+    env = dict(os.environ)
+    rank: int | None = args.rank
     try:
-        return _run(args)
+        where = placement(args, env)
+        rank = where.rank
+        if where.node and where.node in _pairs(args.node_iface):
+            os.environ["GLOO_SOCKET_IFNAME"] = _pairs(args.node_iface)[where.node]
+        return _run(args, where)
     except Exception as exc:  # noqa: BLE001 - the rank's one boundary: report, then exit non-zero
-        _emit({"event": "error", "rank": args.rank, "message": f"{type(exc).__name__}: {exc}"})
+        if rank is None:  # the driver attributes events by rank: say which one this would have been
+            rank = _env_int(env, "RANK", "SLURM_PROCID")
+        _emit({"event": "error", "rank": rank, "message": f"{type(exc).__name__}: {exc}"})
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
+def _env_int(env: Mapping[str, str], *names: str) -> int | None:
+    for n in names:
+        if env.get(n, "").isdigit():
+            return int(env[n])
+    return None
+
+
+def _run(args: argparse.Namespace, where: Placement) -> int:
     import torch
     import torch.distributed as dist
 
@@ -93,14 +185,16 @@ def _run(args: argparse.Namespace) -> int:
         torch.cuda.set_device(device)
         versions["cuda"] = str(torch.version.cuda)
         versions["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
-    _emit({"event": "ready", "rank": args.rank, "host": socket.gethostname(), "versions": versions})
+    _emit({"event": "ready", "rank": where.rank, "host": socket.gethostname(), "versions": versions,
+           "launcher": where.launcher, "local_rank": where.local_rank,
+           **({"node": where.node} if where.node else {}),
+           **({"slurm_job": where.slurm_job} if where.slurm_job else {})})
 
-    host, _, port = args.master.rpartition(":")
     dist.init_process_group(
         args.backend,
-        init_method=f"tcp://{host}:{port}",
-        rank=args.rank,
-        world_size=args.world,
+        init_method=where.init_method,
+        rank=where.rank,
+        world_size=where.world,
         timeout=_dt.timedelta(seconds=args.timeout),
     )
 
@@ -110,12 +204,12 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         period = torch.arange(PATTERN_PERIOD, dtype=torch.int64)
-        mine = 1 + (period + args.rank) % PATTERN_PERIOD
+        mine = 1 + (period + where.rank) % PATTERN_PERIOD
         total = torch.zeros(PATTERN_PERIOD, dtype=torch.int64)
-        for r in range(args.world):
+        for r in range(where.world):
             total += 1 + (period + r) % PATTERN_PERIOD
         for repeat in range(args.repeats):
-            _emit({"event": "repeat", "rank": args.rank, "repeat": repeat,
+            _emit({"event": "repeat", "rank": where.rank, "repeat": repeat,
                    "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")})
             for size in sizes:
                 count = size // elem
@@ -138,13 +232,13 @@ def _run(args: argparse.Namespace) -> int:
                     sync()
                     times.append((time.perf_counter() - t0) * 1e6)
                     wrong += int(torch.ne(buf, expected).sum().item())
-                _emit({"event": "size", "rank": args.rank, "repeat": repeat, "size": size, "count": count,
+                _emit({"event": "size", "rank": where.rank, "repeat": repeat, "size": size, "count": count,
                        "times_us": times, "wrong": wrong})
                 del src, expected, buf
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    _emit({"event": "done", "rank": args.rank})
+    _emit({"event": "done", "rank": where.rank})
     return 0
 
 

@@ -14,7 +14,9 @@ from ringfence.errors import InputError
 if TYPE_CHECKING:
     from ringfence.bench.compare import GateBudget
     from ringfence.bench.driver import Progress
+    from ringfence.bench.launchers import Launcher
     from ringfence.bench.run import BenchRun
+    from ringfence.targets.interface import Site
 
 
 def _progress_printer() -> Any:
@@ -56,6 +58,23 @@ def _emit_run(run: BenchRun, output: str | None) -> None:
         sys.stdout.write(json.dumps(run_to_dict(run), indent=1) + "\n")
 
 
+def _launcher(args: argparse.Namespace, site: Site | None) -> Launcher:
+    """The ``--launcher`` asked for; srun submits through ``--submit-host``, a host of the site."""
+    from ringfence.bench.launchers import SrunLauncher, make_launcher
+
+    if args.launcher != "srun":
+        if args.submit_host or args.partition:
+            raise InputError("--submit-host", "only the srun launcher submits to Slurm")
+        return make_launcher(args.launcher)
+    if site is None:
+        raise InputError("--launcher", "srun needs a site with a Slurm submit host (--target lab or ssh)")
+    name = args.submit_host or "mgmt"
+    if name not in site.hosts:
+        raise InputError("--submit-host", f"{site.kind} site {site.name} has no host {name!r} to run srun on "
+                         f"(it has: {', '.join(sorted(site.hosts))})")
+    return SrunLauncher(site.host(name), partition=args.partition)
+
+
 def _allreduce(args: argparse.Namespace) -> int:
     from ringfence.bench.compare import human_size
     from ringfence.bench.driver import DEFAULT_SIZES, BenchSpec, parse_sizes, run_allreduce
@@ -70,6 +89,7 @@ def _allreduce(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError("--sizes", str(exc)) from exc
     ifaces = split_interfaces(args.iface, nodes)
+    site: Site | None = None
     if args.target == "local":
         ranks = local_ranks(nodes, ifaces)
     elif args.target == "ssh":
@@ -78,17 +98,20 @@ def _allreduce(args: argparse.Namespace) -> int:
             raise InputError("--hosts", "--target ssh needs the hosts inventory (ringfence lab hosts -o hosts.yaml)")
         from ringfence.targets.hosts import load_hosts, ssh_site
 
-        ranks = site_ranks(ssh_site(load_hosts(args.hosts)), nodes, ifaces)
+        site = ssh_site(load_hosts(args.hosts))
+        ranks = site_ranks(site, nodes, ifaces)
     else:
-        from ringfence.lab.points import lab_ranks
+        from ringfence.lab import Lab
 
-        ranks = lab_ranks(nodes, interfaces=ifaces, lab_name=args.lab)
+        site = Lab.attach(args.lab).site()
+        ranks = site_ranks(site, nodes, ifaces)
+    launcher = _launcher(args, site)
     spec = BenchSpec(sizes=sizes, dtype=args.dtype, backend=args.backend, warmup=args.warmup, iterations=args.iters,
                      repeats=args.repeats, layer=args.layer, device=args.device, plugins=tuple(args.plugin),
                      timeout_s=args.timeout)
-    print(f"all-reduce {args.backend}/{args.layer} on {','.join(nodes)}: {len(sizes)} sizes "
+    print(f"all-reduce {args.backend}/{args.layer} on {','.join(nodes)} ({launcher.name}): {len(sizes)} sizes "
           f"{human_size(sizes[0])}..{human_size(sizes[-1])}, {args.repeats} repeat(s)", file=sys.stderr)
-    run = run_allreduce(ranks, spec, progress=_progress_printer())
+    run = run_allreduce(ranks, spec, launcher=launcher, progress=_progress_printer())
     if args.append:
         if not args.output or not Path(args.output).exists():
             raise InputError("--append", "needs an existing --output run file to add repeats to")
@@ -207,6 +230,11 @@ def register(sub: Any) -> None:
     a.add_argument("--layer", default="none", help="label of the protection layer in place (not hashed)")
     a.add_argument("--iface", help="GLOO_SOCKET_IFNAME: one name, or node=name,…")
     a.add_argument("--lab", help="name of the lab (default: the only one running)")
+    a.add_argument("--launcher", choices=("direct", "torchrun", "srun"), default="direct",
+                   help="how ranks start: one worker per rank (direct), one torchrun per node, or one srun "
+                        "through the Slurm submit host (default: direct)")
+    a.add_argument("--submit-host", help="--launcher srun: the host whose srun reaches slurmctld (default: mgmt)")
+    a.add_argument("--partition", help="--launcher srun: the Slurm partition (default: the cluster's default)")
     a.add_argument("--timeout", type=float, default=1800.0, help="seconds before all ranks are stopped")
     a.add_argument("--append", action="store_true", help="add these repeats to the existing --output run")
     a.add_argument("-o", "--output", help="run file to write (default: stdout)")

@@ -111,8 +111,10 @@ class Rollout:
         state = replace(new_state(f"rollout-{secrets.token_hex(4)}", clock(), (pair[0], pair[1]), fleet_t, layer),
                         bench=dict(bench or {}))
         ro = cls(path, state, evidence, clock)
+        # the target (lab, ssh, local) and its inventory say where the steps act: who ran what, on the record
+        where = {k: v for k, v in (bench or {}).items() if k in ("target", "hosts", "policy")}
         ev = ro._record("note", f"rollout {state.id}", {"event": "plan", "pair": list(pair), "fleet": list(fleet_t),
-                                                          "layer": layer})
+                                                          "layer": layer, **where})
         ro._log("plan", None, "planned", f"canary {pair[0]}+{pair[1]}, layer {layer}, fleet of {len(fleet_t)}", (ev,))
         if budget is not None:
             ro.record_budget(budget, budget_source or "plan")
