@@ -123,6 +123,16 @@ def test_too_few_pairs_never_pass_and_unpaired_input_is_refused() -> None:
         compare_paired(base, other, [])
 
 
+def test_one_pair_never_fails_on_speed_alone() -> None:
+    """A single pair has no spread between pairs: a 40 % slower candidate arm may be a drift in time."""
+    base, cand = _series([(1.0, 1 / 0.6)])
+    res = compare_paired(base, cand, _loads([(0.1, 0.1)]), GateBudget(min_repeats=1))
+    assert res.verdict is GateVerdict.INCONCLUSIVE and "one pair cannot tell" in res.reasons[0], res.summary()
+    bad = BenchRun(cand.config, tuple(Repeat(tuple(r.__class__(**{**r.__dict__, "wrong": 3}) for r in rep.results))
+                                      for rep in cand.repeats))
+    assert compare_paired(base, bad, [], GateBudget(min_repeats=1)).verdict is GateVerdict.FAIL  # a wrong sum does
+
+
 def test_a_wrong_sum_fails_whatever_the_speed() -> None:
     base, cand = _series([(1.0, 1.0)] * 4)
     bad = BenchRun(cand.config, tuple(Repeat(tuple(r.__class__(**{**r.__dict__, "wrong": 3}) for r in rep.results))

@@ -218,6 +218,12 @@ def compare_paired(baseline: BenchRun, candidate: BenchRun, loads: Sequence[Pair
     if n < budget.min_repeats and verdict is GateVerdict.PASS:
         verdict = GateVerdict.INCONCLUSIVE
         reasons.insert(0, f"only {n} pair(s); the budget asks for {budget.min_repeats}: run more pairs")
+    if n < 2 and verdict is GateVerdict.FAIL and not c_wrong:
+        # one pair has no spread between pairs: a drift in time between its two arms (a load that moved, a
+        # tunnel's first handshake) reads as the layer's cost, and no interval can tell them apart
+        verdict = GateVerdict.INCONCLUSIVE
+        reasons.insert(0, "one pair cannot tell a drift in time from the layer's cost: run at least two "
+                          "interleaved pairs (A B | B A)")
     if verdict is GateVerdict.PASS:
         worst_bw = max(rows, key=lambda r: r.busbw.change_pct.high if r.busbw.change_pct else 0.0)
         reasons.insert(0, f"inside the budget at all {len(rows)} sizes over {n} interleaved pairs; worst: "
