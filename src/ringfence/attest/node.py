@@ -40,10 +40,14 @@ _ACTIVATE = (
     "tpm2_flushcontext s.ctx >/dev/null 2>&1 || true; hex secret.out"
 )
 _QUOTE = (
-    'set -e; d="$0"; log="$3"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
+    'set -e; d="$0"; log="$3"; ima="$4"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
     + "trap 'rm -f q.msg q.sig' EXIT; "
     f'tpm2_quote -c {AK_HANDLE} -l "$1" -q "$2" -m q.msg -s q.sig -g sha256 >/dev/null; {_FLUSH}'
-    'hex q.msg; hex q.sig; if [ -r "$log" ]; then hex "$log"; else echo; fi'
+    'hex q.msg; hex q.sig; if [ -r "$log" ]; then hex "$log"; else echo; fi; '
+    # an IMA list asked for but unreadable is an error, never an empty list (read after the quote: a
+    # measurement made in between makes PCR 10 differ and the round refuses, never admits)
+    'if [ -n "$ima" ]; then [ -r "$ima" ] || { echo "cannot read the IMA list $ima" >&2; exit 3; }; '
+    'hex "$ima"; else echo; fi'
 )
 
 
@@ -54,7 +58,8 @@ class NodeTpm:
     executor: Executor
     tcti: str
     workdir: str  # on the node: transient files of the tools (public areas, the credential blob)
-    event_log: str  # on the node: the measured-boot log
+    event_log: str  # on the node: the measured-boot log (JSON, or binary_bios_measurements on a real host)
+    ima_list: str = ""  # on the node: the IMA ASCII list (ascii_runtime_measurements); empty: not read
 
     @property
     def node(self) -> str:
@@ -97,10 +102,10 @@ class NodeTpm:
     def quote(self, nonce: bytes, pcrs: tuple[int, ...], timeout: float = 60.0) -> Evidence:
         """A quote of ``pcrs`` (sha256 bank) over ``nonce`` by the AK, with the node's event log."""
         selection = "sha256:" + ",".join(str(p) for p in sorted(pcrs))
-        out = self._run(_QUOTE, [selection, nonce.hex(), self.event_log], "quoting", timeout)
-        if len(out) != 3:
-            raise TpmUnreachable(f"{self.node}: quoting: expected 3 outputs, got {len(out)}")
-        return Evidence(self.node, nonce, out[0], out[1], out[2])
+        out = self._run(_QUOTE, [selection, nonce.hex(), self.event_log, self.ima_list], "quoting", timeout)
+        if len(out) != 4:
+            raise TpmUnreachable(f"{self.node}: quoting: expected 4 outputs, got {len(out)}")
+        return Evidence(self.node, nonce, out[0], out[1], out[2], out[3] if self.ima_list else None)
 
 
 __all__ = ["DEVICE_TCTI", "NodeTpm"]

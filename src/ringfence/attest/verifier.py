@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ringfence.attest.credential import make_credential
-from ringfence.attest.eventlog import judge_events, parse_event_log, pcr_digest, replay
+from ringfence.attest.eventlog import judge_events, pcr_digest
 from ringfence.attest.interface import AttestError, Decision, Evidence, MalformedTpmData, TpmUnreachable
+from ringfence.attest.measured import read_measurements
 from ringfence.attest.node import NodeTpm
 from ringfence.attest.quote import check_quote
 from ringfence.attest.registry import Enrolment, read_registry, with_enrolment, write_registry
@@ -93,9 +94,10 @@ def judge(enrolment: Enrolment, evidence: Evidence, nonce: bytes, policy: Attest
     """The verdict on one quote: admitted only when the quote, the log and the allowlist all agree."""
     problems: list[str] = []
     try:
-        log = parse_event_log(evidence.event_log, enrolment.node)
-        problems += judge_events(log, policy)
-        expected = pcr_digest(replay(log), policy.pcrs)
+        measured = read_measurements(evidence.event_log, evidence.ima_list, policy, enrolment.node)
+        problems += measured.problems
+        problems += judge_events(measured.log, policy)
+        expected = pcr_digest(measured.pcrs, policy.pcrs)
     except MalformedTpmData as exc:
         problems.append(exc.message)
         expected = b""

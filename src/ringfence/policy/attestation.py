@@ -18,6 +18,16 @@ An optional ``attestation:`` section of ``ringfence.yaml``::
 
 Every event of a node's log must match a listed component (name, kind, PCR, digest, version when
 listed); every ``required`` component must appear. Strict and frozen like the rest of the policy.
+
+A real host's UEFI event log and IMA list (``ringfence.attest.measured``) are matched by two more keys:
+``event_types`` (the UEFI events of those types in the component's PCR are the component) and ``paths``
+(the IMA measurements of files matching those globs are the component)::
+
+        - {name: shim-grub-kernel, kind: boot-loader, pcr: 4, event_types: [EV_EFI_BOOT_SERVICES_APPLICATION,
+           EV_EFI_ACTION, EV_SEPARATOR], digests: ["sha256:…"]}   # UEFI: Authenticode hashes of the images
+        - {name: secure-boot, kind: secure-boot, pcr: 7, versions: [enabled], digests: ["sha256:…"]}
+        - {name: nvidia-kmod, kind: nvidia-kernel-module, pcr: 10,
+           paths: ["/lib/modules/*/nvidia*.ko*", "/usr/lib/modules/*/nvidia*.ko*"], digests: ["sha256:…"]}
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
 _NAME = r"^[a-z0-9]([a-z0-9._+-]{0,62}[a-z0-9])?$"
+_EVENT_TYPE = r"^EV_[A-Z0-9_]{1,60}$"
 
 
 class ComponentKind(StrEnum):
@@ -40,6 +51,8 @@ class ComponentKind(StrEnum):
     MOFED = "mofed"  # Mellanox/NVIDIA OFED
     RDMA_CORE = "rdma-core"
     SECURE_BOOT = "secure-boot"  # the firmware's Secure Boot state (version: enabled | disabled)
+    FIRMWARE = "firmware"  # UEFI log events of the platform: CRTM, firmware blobs, variables, separators
+    BOOT_LOADER = "boot-loader"  # UEFI log events of what booted the kernel: shim, grub
     BINARY = "binary"  # an executable: python, sshd, wireguard-go
     PYTHON_PACKAGE = "python-package"  # torch, ringfence
 
@@ -57,6 +70,10 @@ class Component(_Strict):
     digests: Annotated[tuple[Annotated[str, Field(pattern=_DIGEST)], ...], Field(min_length=1)]
     versions: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] = ()  # empty: any version
     required: bool = True
+    # UEFI event log: the event types (PFP names) in this PCR that are this component
+    event_types: tuple[Annotated[str, Field(pattern=_EVENT_TYPE)], ...] = ()
+    # IMA list: the file paths (fnmatch globs; ``*`` also crosses ``/``) that are this component
+    paths: tuple[Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/")], ...] = ()
 
 
 class Attestation(_Strict):
