@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ringfence.attest.ekcert import EK_CERT_NV_RSA
 from ringfence.attest.interface import AK_HANDLE, EK_HANDLE, Evidence, TpmUnreachable
 from ringfence.targets.interface import Executor, TargetError
 from ringfence.targets.ops import write_file
@@ -38,6 +39,12 @@ _ACTIVATE = (
     "tpm2_startauthsession --policy-session -S s.ctx >/dev/null; tpm2_policysecret -S s.ctx -c e >/dev/null; "
     f"tpm2_activatecredential -c {AK_HANDLE} -C {EK_HANDLE} -i cred.bin -o secret.out -P session:s.ctx >/dev/null; "
     "tpm2_flushcontext s.ctx >/dev/null 2>&1 || true; hex secret.out"
+)
+_EK_CERT = (
+    'set -e; d="$0"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
+    + "trap 'rm -f ekcert.der' EXIT; "
+    # no certificate in the TPM prints an empty line: the verifier refuses that when it requires one
+    f"if tpm2_nvread {EK_CERT_NV_RSA} -o ekcert.der >/dev/null 2>&1; then hex ekcert.der; else echo; fi"
 )
 _QUOTE = (
     'set -e; d="$0"; log="$3"; ima="$4"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
@@ -89,6 +96,11 @@ class NodeTpm:
         if len(out) != 3:
             raise TpmUnreachable(f"{self.node}: creating the EK and AK: expected 3 outputs, got {len(out)}")
         return out[0], out[1], out[2]
+
+    def ek_certificate(self, timeout: float = 60.0) -> bytes:
+        """The EK certificate the TPM's manufacturer stored in NV (empty when it holds none)."""
+        out = self._run(_EK_CERT, [], "reading the EK certificate", timeout)
+        return out[0] if len(out) == 1 else b""
 
     def activate(self, credential: bytes, timeout: float = 60.0) -> bytes:
         """The secret of ``credential`` (from ``tpm2_makecredential``), as only this TPM's EK can recover it."""

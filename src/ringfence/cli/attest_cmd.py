@@ -87,10 +87,13 @@ def _write(args: argparse.Namespace, doc: dict[str, Any]) -> None:
 
 
 def _enroll(args: argparse.Namespace) -> int:
+    from ringfence.attest.ekcert import load_ek_roots
     from ringfence.attest.verifier import enrol
 
-    site, _ = _site(args)
-    outcomes = enrol([site.tpms[n] for n in sorted(site.tpms)], _registry(args, site.name), site.name)
+    site, allow = _site(args)
+    base = Path(args.target_policy).parent if args.target_policy else Path.cwd()
+    outcomes = enrol([site.tpms[n] for n in sorted(site.tpms)], _registry(args, site.name), site.name,
+                     ek_roots=load_ek_roots(allow.ek_roots, base))
     for o in outcomes:
         print(f"{o.node}: {'enrolled' if o.enrolled else 'REFUSED'}: {o.reason}", file=sys.stderr)
     _write(args, {"site": site.name, "nodes": [{"node": o.node, "enrolled": o.enrolled, "reason": o.reason,

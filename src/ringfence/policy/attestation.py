@@ -6,6 +6,7 @@ An optional ``attestation:`` section of ``ringfence.yaml``::
       interval: 60s            # re-attest this often; an admission expires after it (the gate's set timeout)
       pcrs: [7, 9, 10]          # the sha256 PCRs quoted, exactly; an event in any other PCR is a failure
       secure_boot: required     # required | not-required (the event log's secure-boot event, PCR 7)
+      ek_roots: [tpm-vendor-ca.pem]   # optional: the EK certificate must chain to one of these at enrolment
       components:
         - name: kernel
           kind: host-kernel
@@ -84,6 +85,9 @@ class Attestation(_Strict):
     pcrs: Annotated[tuple[Annotated[int, Field(ge=0, le=23)], ...], Field(min_length=1)]
     secure_boot: Literal["required", "not-required"] = "required"
     components: Annotated[tuple[Component, ...], Field(min_length=1)]
+    # PEM files of the TPM manufacturers' CAs (relative: from the policy's folder); when listed, enrolment
+    # requires the node's EK certificate to chain to one of them (ringfence.attest.ekcert)
+    ek_roots: tuple[Annotated[str, Field(min_length=1, max_length=4096)], ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Attestation:
