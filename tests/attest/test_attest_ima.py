@@ -89,6 +89,13 @@ def test_a_malformed_line_is_named(text: str, why: str) -> None:
     assert why in exc.value.message
 
 
+def test_only_a_newline_ends_a_line() -> None:
+    # a path holding a form feed or U+2028 is one line to the kernel; its template hash still rebuilds
+    for path in ("/tmp/a\x0cb", "/tmp/a\u2028b"):
+        [e] = parse_ima_list(ima_ng_line(path, b"x").encode())
+        assert e.path == path
+
+
 def test_lines_and_lists_are_bounded() -> None:
     with pytest.raises(MalformedTpmData, match="over the limit"):
         parse_ima_list(b"10 " + b"a" * MAX_LINE + b"\n")

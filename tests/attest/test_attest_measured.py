@@ -69,7 +69,7 @@ def test_a_changed_gpu_driver_is_refused() -> None:
 
 def test_a_file_no_component_claims_is_refused_by_its_path() -> None:
     log, ima = _host(stack=(*IMA_STACK, ("/usr/local/bin/miner", b"x")))
-    assert any("no component '/usr/local/bin/miner'" in p for p in _problems(log, ima))
+    assert any("no component 'ima:/usr/local/bin/miner'" in p for p in _problems(log, ima))
 
 
 def test_a_required_stack_missing_from_the_ima_list_is_refused() -> None:

@@ -39,7 +39,7 @@ MAX_LIST_BYTES = 64 << 20
 MAX_ENTRIES = 500_000
 LEGACY_NAME_LEN = 256  # IMA_EVENT_NAME_LEN_MAX + 1: the legacy template hashes the name padded to this
 BOOT_AGGREGATE = "boot_aggregate"
-_HEX = re.compile(r"^[0-9a-f]+$")
+_HEX = re.compile(r"[0-9a-f]+")
 _DIGEST_SIZES = {"sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64, "md5": 16, "sm3": 32}
 
 
@@ -81,7 +81,7 @@ def _fail(line: int, why: str) -> MalformedTpmData:
 
 
 def _hexbytes(text: str, line: int, what: str) -> bytes:
-    if len(text) % 2 or (text and not _HEX.match(text)):
+    if len(text) % 2 or (text and not _HEX.fullmatch(text)):
         raise _fail(line, f"{what} {text[:80]!r} is not lowercase hex")
     return bytes.fromhex(text)
 
@@ -145,7 +145,8 @@ def parse_ima_list(data: bytes) -> tuple[ImaEntry, ...]:
     if text and not text.endswith("\n"):
         raise _fail(text.count("\n") + 1, "the list does not end with a newline (truncated?)")
     out: list[ImaEntry] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
+    # split on "\n" only, as the kernel ends lines: str.splitlines would also split a path at \r, \f, \u2028…
+    for n, raw in enumerate(text.split("\n")[:-1] if text else [], start=1):
         if len(raw) > MAX_LINE:
             raise _fail(n, f"{len(raw)} characters, over the limit of {MAX_LINE}")
         if len(out) >= MAX_ENTRIES:

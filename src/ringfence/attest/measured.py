@@ -15,7 +15,7 @@ type — the one whose digests hold the event's sha256 digest when several do. A
 component of its PCR whose ``paths`` glob matches the file path, and its digest is the file digest (so
 an allowlist lists the vendor's checksums of ``nvidia*.ko``, ``libcuda.so*``, ``mlx5_*.ko``,
 ``libibverbs*``…), while the replay uses its template hash. An event no component claims keeps its own
-name (``EV_POST_CODE at byte 1234``, or the path) and is then refused by the judgement as not in the
+name (``EV_POST_CODE at byte 1234``, or ``ima:`` and the path) and is then refused by the judgement as not in the
 allowlist: nothing is dropped. ``EV_NO_ACTION`` records are never extended by the TPM and carry no
 measurement (the Spec ID and StartupLocality records), so they are not events.
 """
@@ -112,7 +112,8 @@ def _ima_events(entries: tuple[ImaEntry, ...], policy: Attestation, base: dict[i
                  and any(fnmatch.fnmatchcase(e.path, g) for g in c.paths)]
         comp = _pick(cands, e.file_digest.hex())
         if comp is None:
-            events.append(Event(pcr=e.pcr, name=e.path[-200:], kind=ComponentKind.BINARY,
+            # "ima:" cannot begin a component name, so an unclaimed file can never pass as one by name
+            events.append(Event(pcr=e.pcr, name=f"ima:{e.path[-196:]}", kind=ComponentKind.BINARY,
                                 digest=e.file_digest.hex(), path=e.path[:4096]))
         else:
             events.append(Event(pcr=e.pcr, name=comp.name, kind=comp.kind, digest=e.file_digest.hex(),
