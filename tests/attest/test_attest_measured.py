@@ -151,6 +151,19 @@ def test_a_sha1_file_digest_is_refused() -> None:
     assert any("file digest is sha1" in p for p in _problems(log, ima))
 
 
+def test_only_the_ima_entries_the_quote_covers_are_judged() -> None:
+    from ringfence.attest.eventlog import pcr_digest
+
+    log, ima = _host()
+    full = read_measurements(log, ima.encode(), POLICY, "node-a")
+    later = ima + ima_ng_line("/usr/local/bin/later", b"x")
+    cut = read_measurements(log, later.encode(), POLICY, "node-a", pcr_digest(full.pcrs, POLICY.pcrs))
+    assert cut.log == full.log and cut.pcrs == full.pcrs
+    # no prefix matches (a forged or other quote): every entry is judged, and the quote check will refuse
+    other = read_measurements(log, later.encode(), POLICY, "node-a", b"\0" * 32)
+    assert any("ima:/usr/local/bin/later" in p for p in judge_events(other.log, POLICY))
+
+
 def test_the_lab_json_log_reads_as_before() -> None:
     doc = {"format": "ringfence-eventlog-1", "events": [
         {"pcr": 9, "name": "kernel", "kind": "host-kernel", "version": "6.1", "digest": "ab" * 32}]}
@@ -210,6 +223,19 @@ def test_a_real_host_log_is_admitted_on_its_quote_and_a_hidden_driver_change_is_
         assert outcome.enrolled, outcome.reason
         [d] = verify([tpm], POLICY, reg, "site", addresses={})
         assert d.admitted, d.reasons
+        # a file measured between the quote and the list's read: not covered by this quote, not judged by
+        # it (the next quote covers it); a node is not cut off by that race
+        with open(tpm.ima_list, "a") as f:
+            f.write(ima_ng_line("/usr/local/bin/after-the-quote", b"x"))
+        [d] = verify([tpm], POLICY, reg, "site", addresses={})
+        assert d.admitted, d.reasons
+        # ... but once the TPM has it, it is judged, and refused
+        env = {**os.environ, "TPM2TOOLS_TCTI": tpm.tcti}
+        line = ima_ng_line("/usr/local/bin/after-the-quote", b"x")
+        subprocess.run(["tpm2_pcrextend", f"10:sha256={ima_template_sha256(line).hex()}"], check=True, env=env,
+                       capture_output=True)
+        [d] = verify([tpm], POLICY, reg, "site", addresses={})
+        assert not d.admitted and any("no component 'ima:/usr/local/bin/after-the-quote'" in r for r in d.reasons)
         # the IMA list read from elsewhere: the quote's evidence must carry it, not an empty list
         gone = dataclasses.replace(tpm, ima_list=str(tmp_path / "nowhere"))
         [d] = verify([gone], POLICY, reg, "site", addresses={})
@@ -222,3 +248,20 @@ def test_a_real_host_log_is_admitted_on_its_quote_and_a_hidden_driver_change_is_
         assert outcome.enrolled, outcome.reason
         [d] = verify([tpm], POLICY, reg, "site", addresses={})
     assert not d.admitted and any("differs from the event log's replay" in r for r in d.reasons), d.reasons
+
+
+def test_corrupted_logs_are_refusals_never_crashes() -> None:
+    import random
+
+    log, ima = _host()
+    rng = random.Random(1609)
+    for _ in range(150):
+        bad_log, bad_ima = bytearray(log), bytearray(ima.encode())
+        for buf in (bad_log, bad_ima):
+            for _ in range(rng.randint(0, 2)):
+                buf[rng.randrange(len(buf))] = rng.randrange(256)
+        try:
+            m = read_measurements(bytes(bad_log), bytes(bad_ima), POLICY, "node-a")
+        except MalformedTpmData:
+            continue
+        judge_events(m.log, POLICY)  # whatever parsed is judged; nothing else may be raised

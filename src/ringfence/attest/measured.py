@@ -25,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from ringfence.attest.eventlog import Event, EventLog, parse_event_log, replay
+from ringfence.attest.eventlog import Event, EventLog, parse_event_log, pcr_digest, replay
 from ringfence.attest.ima import BOOT_AGGREGATE, ImaEntry, boot_aggregate, parse_ima_list, replay_ima
 from ringfence.attest.interface import MalformedTpmData
 from ringfence.attest.uefi import (
@@ -138,9 +138,27 @@ def _check_aggregate(e: ImaEntry, index: int, base: dict[int, bytes] | None, whe
     return []
 
 
-def read_measurements(event_log: bytes, ima_list: bytes | None, policy: Attestation, node: str
-                      ) -> Measurements:
-    """A node's logs read, translated and replayed; :class:`MalformedTpmData` when one does not parse."""
+def _quoted_prefix(entries: tuple[ImaEntry, ...], start: dict[int, bytes], policy: Attestation,
+                   quoted: bytes) -> tuple[ImaEntry, ...]:
+    """The first prefix of ``entries`` whose replay gives the quoted PCR digest, or all.
+
+    The list is read just after the quote, so it may end with measurements made in between, which this
+    quote does not cover (the next one will). Only entries the signed digest covers are judged; when no
+    prefix matches, every entry is kept and the quote check reports the mismatch."""
+    pcrs = dict(start)
+    if pcr_digest(pcrs, policy.pcrs) == quoted:
+        return ()
+    for n, e in enumerate(entries, start=1):
+        pcrs = replay_ima((e,), pcrs)
+        if pcr_digest(pcrs, policy.pcrs) == quoted:
+            return entries[:n]
+    return entries
+
+
+def read_measurements(event_log: bytes, ima_list: bytes | None, policy: Attestation, node: str,
+                      quoted: bytes | None = None) -> Measurements:
+    """A node's logs read, translated and replayed; :class:`MalformedTpmData` when one does not parse.
+    ``quoted``: the quote's PCR digest, to judge only the IMA entries it covers (see _quoted_prefix)."""
     problems: list[str] = []
     uefi_pcrs: dict[int, bytes] | None = None
     if event_log.lstrip()[:1] == b"{":
@@ -159,6 +177,8 @@ def read_measurements(event_log: bytes, ima_list: bytes | None, policy: Attestat
             entries = parse_ima_list(ima_list)
         except MalformedTpmData as exc:
             raise MalformedTpmData(f"{node}: {exc.message}") from exc
+        if quoted is not None:
+            entries = _quoted_prefix(entries, pcrs, policy, quoted)
         ima_events, ima_problems = _ima_events(entries, policy, uefi_pcrs)
         events += ima_events
         problems += ima_problems

@@ -51,8 +51,8 @@ _QUOTE = (
     + "trap 'rm -f q.msg q.sig' EXIT; "
     f'tpm2_quote -c {AK_HANDLE} -l "$1" -q "$2" -m q.msg -s q.sig -g sha256 >/dev/null; {_FLUSH}'
     'hex q.msg; hex q.sig; if [ -r "$log" ]; then hex "$log"; else echo; fi; '
-    # an IMA list asked for but unreadable is an error, never an empty list (read after the quote: a
-    # measurement made in between makes PCR 10 differ and the round refuses, never admits)
+    # an IMA list asked for but unreadable is an error, never an empty list (read after the quote, it may
+    # end with measurements the quote does not cover: the verifier judges only the covered prefix)
     'if [ -n "$ima" ]; then [ -r "$ima" ] || { echo "cannot read the IMA list $ima" >&2; exit 3; }; '
     'hex "$ima"; else echo; fi'
 )

@@ -24,7 +24,7 @@ from ringfence.attest.measured import read_measurements
 from ringfence.attest.node import NodeTpm
 from ringfence.attest.quote import check_quote
 from ringfence.attest.registry import Enrolment, read_registry, with_enrolment, write_registry
-from ringfence.attest.structures import parse_public, public_area_digest
+from ringfence.attest.structures import parse_attest, parse_public, public_area_digest
 from ringfence.policy.attestation import Attestation
 
 #: How a quote is fetched from a node: (tpm, nonce, pcrs) → evidence. Tests pass one that tampers.
@@ -99,12 +99,21 @@ def enrol(tpms: Sequence[NodeTpm], registry: Path, site: str, *,
     return out
 
 
+def _quoted_digest(quote: bytes) -> bytes | None:
+    """The PCR digest a quote claims (only to find the IMA entries it covers; check_quote verifies it)."""
+    try:
+        return parse_attest(quote).pcr_digest
+    except MalformedTpmData:
+        return None
+
+
 def judge(enrolment: Enrolment, evidence: Evidence, nonce: bytes, policy: Attestation,
           addresses: tuple[str, ...] = ()) -> Decision:
     """The verdict on one quote: admitted only when the quote, the log and the allowlist all agree."""
     problems: list[str] = []
     try:
-        measured = read_measurements(evidence.event_log, evidence.ima_list, policy, enrolment.node)
+        measured = read_measurements(evidence.event_log, evidence.ima_list, policy, enrolment.node,
+                                     _quoted_digest(evidence.quote))
         problems += measured.problems
         problems += judge_events(measured.log, policy)
         expected = pcr_digest(measured.pcrs, policy.pcrs)
