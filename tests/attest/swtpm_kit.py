@@ -48,7 +48,7 @@ def require_swtpm() -> None:
 def swtpm(directory: Path, name: str = "node-a") -> Iterator[NodeTpm]:
     """A running swtpm in ``directory``; yields its NodeTpm (local executor); stopped (by pid) at exit."""
     require_swtpm()
-    (directory / "state").mkdir(parents=True)
+    (directory / "state").mkdir(parents=True, exist_ok=True)  # exist_ok: a manufactured state (EK cert)
     sock = directory / "tpm.sock"
     proc = subprocess.Popen(
         ["swtpm", "socket", "--tpm2", "--tpmstate", f"dir={directory / 'state'}", "--server",

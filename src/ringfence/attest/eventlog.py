@@ -7,7 +7,9 @@ must be one the allowlist permits. An event in a PCR the policy does not quote i
 skipped (Keylime logs and skips).
 
 The log is ringfence's JSON form (``{"format": "ringfence-eventlog-1", "events": [...]}``), written
-by the lab's emulated boot; a real host's UEFI log and IMA list are translated into it.
+by the lab's emulated boot; a real host's binary UEFI log (``ringfence.attest.uefi``) and IMA list
+(``ringfence.attest.ima``) are translated into these events by ``ringfence.attest.measured``, which
+replays them in their own forms.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ class Evidence:
     nonce: bytes
     quote: bytes  # TPMS_ATTEST as the TPM signed it
     signature: bytes  # TPMT_SIGNATURE
-    event_log: bytes  # the node's measured-boot log (ringfence's JSON form)
+    event_log: bytes  # the node's measured-boot log (ringfence's JSON form, or a binary UEFI TCG2 log)
+    ima_list: bytes | None = None  # the node's IMA ASCII measurement list; None: none was asked for
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ringfence.attest.ekcert import EK_CERT_NV_RSA
 from ringfence.attest.interface import AK_HANDLE, EK_HANDLE, Evidence, TpmUnreachable
 from ringfence.targets.interface import Executor, TargetError
 from ringfence.targets.ops import write_file
@@ -39,11 +40,21 @@ _ACTIVATE = (
     f"tpm2_activatecredential -c {AK_HANDLE} -C {EK_HANDLE} -i cred.bin -o secret.out -P session:s.ctx >/dev/null; "
     "tpm2_flushcontext s.ctx >/dev/null 2>&1 || true; hex secret.out"
 )
+_EK_CERT = (
+    'set -e; d="$0"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
+    + "trap 'rm -f ekcert.der' EXIT; "
+    # no certificate in the TPM prints an empty line: the verifier refuses that when it requires one
+    f"if tpm2_nvread {EK_CERT_NV_RSA} -o ekcert.der >/dev/null 2>&1; then hex ekcert.der; else echo; fi"
+)
 _QUOTE = (
-    'set -e; d="$0"; log="$3"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
+    'set -e; d="$0"; log="$3"; ima="$4"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
     + "trap 'rm -f q.msg q.sig' EXIT; "
     f'tpm2_quote -c {AK_HANDLE} -l "$1" -q "$2" -m q.msg -s q.sig -g sha256 >/dev/null; {_FLUSH}'
-    'hex q.msg; hex q.sig; if [ -r "$log" ]; then hex "$log"; else echo; fi'
+    'hex q.msg; hex q.sig; if [ -r "$log" ]; then hex "$log"; else echo; fi; '
+    # an IMA list asked for but unreadable is an error, never an empty list (read after the quote, it may
+    # end with measurements the quote does not cover: the verifier judges only the covered prefix)
+    'if [ -n "$ima" ]; then [ -r "$ima" ] || { echo "cannot read the IMA list $ima" >&2; exit 3; }; '
+    'hex "$ima"; else echo; fi'
 )
 
 
@@ -54,7 +65,8 @@ class NodeTpm:
     executor: Executor
     tcti: str
     workdir: str  # on the node: transient files of the tools (public areas, the credential blob)
-    event_log: str  # on the node: the measured-boot log
+    event_log: str  # on the node: the measured-boot log (JSON, or binary_bios_measurements on a real host)
+    ima_list: str = ""  # on the node: the IMA ASCII list (ascii_runtime_measurements); empty: not read
 
     @property
     def node(self) -> str:
@@ -85,6 +97,11 @@ class NodeTpm:
             raise TpmUnreachable(f"{self.node}: creating the EK and AK: expected 3 outputs, got {len(out)}")
         return out[0], out[1], out[2]
 
+    def ek_certificate(self, timeout: float = 60.0) -> bytes:
+        """The EK certificate the TPM's manufacturer stored in NV (empty when it holds none)."""
+        out = self._run(_EK_CERT, [], "reading the EK certificate", timeout)
+        return out[0] if len(out) == 1 else b""
+
     def activate(self, credential: bytes, timeout: float = 60.0) -> bytes:
         """The secret of ``credential`` (from ``tpm2_makecredential``), as only this TPM's EK can recover it."""
         try:
@@ -97,10 +114,10 @@ class NodeTpm:
     def quote(self, nonce: bytes, pcrs: tuple[int, ...], timeout: float = 60.0) -> Evidence:
         """A quote of ``pcrs`` (sha256 bank) over ``nonce`` by the AK, with the node's event log."""
         selection = "sha256:" + ",".join(str(p) for p in sorted(pcrs))
-        out = self._run(_QUOTE, [selection, nonce.hex(), self.event_log], "quoting", timeout)
-        if len(out) != 3:
-            raise TpmUnreachable(f"{self.node}: quoting: expected 3 outputs, got {len(out)}")
-        return Evidence(self.node, nonce, out[0], out[1], out[2])
+        out = self._run(_QUOTE, [selection, nonce.hex(), self.event_log, self.ima_list], "quoting", timeout)
+        if len(out) != 4:
+            raise TpmUnreachable(f"{self.node}: quoting: expected 4 outputs, got {len(out)}")
+        return Evidence(self.node, nonce, out[0], out[1], out[2], out[3] if self.ima_list else None)
 
 
 __all__ = ["DEVICE_TCTI", "NodeTpm"]

@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cryptography import x509
+
 from ringfence.attest.credential import make_credential
-from ringfence.attest.eventlog import judge_events, parse_event_log, pcr_digest, replay
+from ringfence.attest.ekcert import check_ek_certificate
+from ringfence.attest.eventlog import judge_events, pcr_digest
 from ringfence.attest.interface import AttestError, Decision, Evidence, MalformedTpmData, TpmUnreachable
+from ringfence.attest.measured import read_measurements
 from ringfence.attest.node import NodeTpm
 from ringfence.attest.quote import check_quote
 from ringfence.attest.registry import Enrolment, read_registry, with_enrolment, write_registry
-from ringfence.attest.structures import parse_public, public_area_digest
+from ringfence.attest.structures import parse_attest, parse_public, public_area_digest
 from ringfence.policy.attestation import Attestation
 
 #: How a quote is fetched from a node: (tpm, nonce, pcrs) → evidence. Tests pass one that tampers.
@@ -42,14 +46,18 @@ class EnrolOutcome:
     ek_sha256: str = ""
 
 
-def _enrol_one(tpm: NodeTpm, bound: dict[str, str]) -> tuple[EnrolOutcome, Enrolment | None]:
+def _enrol_one(tpm: NodeTpm, bound: dict[str, str], ek_roots: Sequence[x509.Certificate]
+               ) -> tuple[EnrolOutcome, Enrolment | None]:
     node = tpm.node
     try:
         ek_pub, ak_pub, name = tpm.keys()
         ek_fp = public_area_digest(ek_pub)
         ak = parse_public(ak_pub)
+        ek_cert = tpm.ek_certificate() if ek_roots else b""
     except (TpmUnreachable, MalformedTpmData) as exc:
         return EnrolOutcome(node, False, exc.message), None
+    if ek_roots and (why := check_ek_certificate(ek_cert, ek_pub, ek_roots)) is not None:
+        return EnrolOutcome(node, False, f"EK certificate: {why}", ek_fp), None
     if bound.get(node, ek_fp) != ek_fp:
         return EnrolOutcome(node, False, f"name {node} is bound to another TPM (EK sha256 {bound[node][:16]}…); "
                             f"this TPM's EK is {ek_fp[:16]}… (CVE-2025-13609)", ek_fp), None
@@ -73,13 +81,16 @@ def _enrol_one(tpm: NodeTpm, bound: dict[str, str]) -> tuple[EnrolOutcome, Enrol
     return EnrolOutcome(node, True, "EK and AK enrolled; credential activated", ek_fp), entry
 
 
-def enrol(tpms: Sequence[NodeTpm], registry: Path, site: str) -> list[EnrolOutcome]:
-    """Enrol every node; a node already enrolled with the same EK gets a fresh AK, another EK is refused."""
+def enrol(tpms: Sequence[NodeTpm], registry: Path, site: str, *,
+          ek_roots: Sequence[x509.Certificate] = ()) -> list[EnrolOutcome]:
+    """Enrol every node; a node already enrolled with the same EK gets a fresh AK, another EK is refused.
+    With ``ek_roots`` (the policy's TPM manufacturer CAs) a node's EK must also carry a certificate that
+    chains to one of them; without, a name's first enrolment is trusted (trust-on-first-use)."""
     reg = read_registry(registry, site)
     bound = {n: e.ek_sha256 for n, e in reg.nodes.items()}
     out = []
     for tpm in tpms:
-        outcome, entry = _enrol_one(tpm, bound)
+        outcome, entry = _enrol_one(tpm, bound, ek_roots)
         out.append(outcome)
         if entry is not None:
             reg = with_enrolment(reg, entry)
@@ -88,14 +99,24 @@ def enrol(tpms: Sequence[NodeTpm], registry: Path, site: str) -> list[EnrolOutco
     return out
 
 
+def _quoted_digest(quote: bytes) -> bytes | None:
+    """The PCR digest a quote claims (only to find the IMA entries it covers; check_quote verifies it)."""
+    try:
+        return parse_attest(quote).pcr_digest
+    except MalformedTpmData:
+        return None
+
+
 def judge(enrolment: Enrolment, evidence: Evidence, nonce: bytes, policy: Attestation,
           addresses: tuple[str, ...] = ()) -> Decision:
     """The verdict on one quote: admitted only when the quote, the log and the allowlist all agree."""
     problems: list[str] = []
     try:
-        log = parse_event_log(evidence.event_log, enrolment.node)
-        problems += judge_events(log, policy)
-        expected = pcr_digest(replay(log), policy.pcrs)
+        measured = read_measurements(evidence.event_log, evidence.ima_list, policy, enrolment.node,
+                                     _quoted_digest(evidence.quote))
+        problems += measured.problems
+        problems += judge_events(measured.log, policy)
+        expected = pcr_digest(measured.pcrs, policy.pcrs)
     except MalformedTpmData as exc:
         problems.append(exc.message)
         expected = b""

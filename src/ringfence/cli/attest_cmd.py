@@ -58,7 +58,7 @@ def _ssh_site(args: argparse.Namespace) -> tuple[AttestSite, Attestation]:
     jobs = tuple((j.name, tuple(m for m in j.members if m in site.hosts), args.probe_port) for j in policy.jobs)
     nodes = args.nodes or sorted({m for _, members, _ in jobs for m in members})
     tpms = {n: NodeTpm(site.executor(n), args.tcti or DEVICE_TCTI, f"{_REMOTE_DIR}/work",
-                       args.event_log or f"{_REMOTE_DIR}/eventlog.json") for n in nodes}
+                       args.event_log or f"{_REMOTE_DIR}/eventlog.json", args.ima_list or "") for n in nodes}
     return AttestSite(f"ssh-{site.name}", tpms, site.hosts, Gate(site.executor(args.gate)), jobs), allow
 
 
@@ -87,10 +87,13 @@ def _write(args: argparse.Namespace, doc: dict[str, Any]) -> None:
 
 
 def _enroll(args: argparse.Namespace) -> int:
+    from ringfence.attest.ekcert import load_ek_roots
     from ringfence.attest.verifier import enrol
 
-    site, _ = _site(args)
-    outcomes = enrol([site.tpms[n] for n in sorted(site.tpms)], _registry(args, site.name), site.name)
+    site, allow = _site(args)
+    base = Path(args.target_policy).parent if args.target_policy else Path.cwd()
+    outcomes = enrol([site.tpms[n] for n in sorted(site.tpms)], _registry(args, site.name), site.name,
+                     ek_roots=load_ek_roots(allow.ek_roots, base))
     for o in outcomes:
         print(f"{o.node}: {'enrolled' if o.enrolled else 'REFUSED'}: {o.reason}", file=sys.stderr)
     _write(args, {"site": site.name, "nodes": [{"node": o.node, "enrolled": o.enrolled, "reason": o.reason,
@@ -159,8 +162,11 @@ def register(sub: Any) -> None:
         q.add_argument("--registry", metavar="FILE", help="the verifier's enrolment record "
                        "(default: .ringfence/attest/SITE.json, or $RINGFENCE_ATTEST_DIR)")
         q.add_argument("--tcti", help="--target ssh: the nodes' TCTI (default: device:/dev/tpmrm0)")
-        q.add_argument("--event-log", help=f"--target ssh: the event log on the nodes "
-                       f"(default: {_REMOTE_DIR}/eventlog.json)")
+        q.add_argument("--event-log", help=f"--target ssh: the event log on the nodes, ringfence's JSON or the "
+                       f"binary UEFI log (/sys/kernel/security/tpm0/binary_bios_measurements; "
+                       f"default: {_REMOTE_DIR}/eventlog.json)")
+        q.add_argument("--ima-list", help="--target ssh: also read and judge the nodes' IMA list "
+                       "(e.g. /sys/kernel/security/ima/ascii_runtime_measurements)")
         q.add_argument("--gate", default="fabric", help="--target ssh: the inventory host whose nftables "
                        "forwards the fabric (default: fabric)")
         q.add_argument("--probe-port", type=int, default=29500, help="--target ssh: rank 0's rendezvous port")

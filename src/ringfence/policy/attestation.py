@@ -6,6 +6,7 @@ An optional ``attestation:`` section of ``ringfence.yaml``::
       interval: 60s            # re-attest this often; an admission expires after it (the gate's set timeout)
       pcrs: [7, 9, 10]          # the sha256 PCRs quoted, exactly; an event in any other PCR is a failure
       secure_boot: required     # required | not-required (the event log's secure-boot event, PCR 7)
+      ek_roots: [tpm-vendor-ca.pem]   # optional: the EK certificate must chain to one of these at enrolment
       components:
         - name: kernel
           kind: host-kernel
@@ -18,6 +19,16 @@ An optional ``attestation:`` section of ``ringfence.yaml``::
 
 Every event of a node's log must match a listed component (name, kind, PCR, digest, version when
 listed); every ``required`` component must appear. Strict and frozen like the rest of the policy.
+
+A real host's UEFI event log and IMA list (``ringfence.attest.measured``) are matched by two more keys:
+``event_types`` (the UEFI events of those types in the component's PCR are the component) and ``paths``
+(the IMA measurements of files matching those globs are the component)::
+
+        - {name: shim-grub-kernel, kind: boot-loader, pcr: 4, event_types: [EV_EFI_BOOT_SERVICES_APPLICATION,
+           EV_EFI_ACTION, EV_SEPARATOR], digests: ["sha256:…"]}   # UEFI: Authenticode hashes of the images
+        - {name: secure-boot, kind: secure-boot, pcr: 7, versions: [enabled], digests: ["sha256:…"]}
+        - {name: nvidia-kmod, kind: nvidia-kernel-module, pcr: 10,
+           paths: ["/lib/modules/*/nvidia*.ko*", "/usr/lib/modules/*/nvidia*.ko*"], digests: ["sha256:…"]}
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
 _NAME = r"^[a-z0-9]([a-z0-9._+-]{0,62}[a-z0-9])?$"
+_EVENT_TYPE = r"^EV_[A-Z0-9_]{1,60}$"
 
 
 class ComponentKind(StrEnum):
@@ -40,6 +52,8 @@ class ComponentKind(StrEnum):
     MOFED = "mofed"  # Mellanox/NVIDIA OFED
     RDMA_CORE = "rdma-core"
     SECURE_BOOT = "secure-boot"  # the firmware's Secure Boot state (version: enabled | disabled)
+    FIRMWARE = "firmware"  # UEFI log events of the platform: CRTM, firmware blobs, variables, separators
+    BOOT_LOADER = "boot-loader"  # UEFI log events of what booted the kernel: shim, grub
     BINARY = "binary"  # an executable: python, sshd, wireguard-go
     PYTHON_PACKAGE = "python-package"  # torch, ringfence
 
@@ -57,6 +71,10 @@ class Component(_Strict):
     digests: Annotated[tuple[Annotated[str, Field(pattern=_DIGEST)], ...], Field(min_length=1)]
     versions: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] = ()  # empty: any version
     required: bool = True
+    # UEFI event log: the event types (PFP names) in this PCR that are this component
+    event_types: tuple[Annotated[str, Field(pattern=_EVENT_TYPE)], ...] = ()
+    # IMA list: the file paths (fnmatch globs; ``*`` also crosses ``/``) that are this component
+    paths: tuple[Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^/")], ...] = ()
 
 
 class Attestation(_Strict):
@@ -67,6 +85,9 @@ class Attestation(_Strict):
     pcrs: Annotated[tuple[Annotated[int, Field(ge=0, le=23)], ...], Field(min_length=1)]
     secure_boot: Literal["required", "not-required"] = "required"
     components: Annotated[tuple[Component, ...], Field(min_length=1)]
+    # PEM files of the TPM manufacturers' CAs (relative: from the policy's folder); when listed, enrolment
+    # requires the node's EK certificate to chain to one of them (ringfence.attest.ekcert)
+    ek_roots: tuple[Annotated[str, Field(min_length=1, max_length=4096)], ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Attestation:
