@@ -125,3 +125,42 @@ def test_any_bytes_are_a_value_or_a_bounded_error(data: bytes) -> None:
             load(data, "f")
         except BoundedInputError as exc:
             assert exc.where.startswith("f")
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+# Strings full of the characters the depth check must see through: brackets, quotes, backslashes.
+tricky_text = st.text(alphabet='[]{}"\\ax\n\u00e9', max_size=8)
+nested_values = st.recursive(
+    st.none() | st.integers() | tricky_text,
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(tricky_text, kids, max_size=3),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(nested_values, st.integers(min_value=0, max_value=6), st.booleans())
+def test_json_depth_check_counts_exactly_the_nesting(value: object, limit: int, indent: bool) -> None:
+    """The C-speed depth check (strings and escapes cut out) refuses exactly the documents nested past the
+    limit, naming an offset, whatever brackets, quotes and backslashes their strings hold."""
+    text = json.dumps(value, indent=1 if indent else None, ensure_ascii=False)
+    if _depth(value) > limit:
+        with pytest.raises(BoundedInputError, match=rf"f:\d+@\d+: JSON nested deeper than {limit} levels"):
+            loads_json(text, "f", max_depth=limit)
+    else:
+        assert loads_json(text, "f", max_depth=limit) == value
+
+
+def test_json_depth_check_sees_through_escapes_and_open_strings() -> None:
+    assert loads_json('["\\\\", "\\\\\\"[[", {"\\"{": []}]', "f", max_depth=3) == ["\\", '\\"[[', {'"{': []}]
+    with pytest.raises(BoundedInputError, match=r"f:1@8: JSON nested deeper than 2"):
+        loads_json('["\\\\", [[', "f", max_depth=2)  # the string ends after its escaped backslash
+    for open_string in ('["' + "\\" * 100_001, '["' + "[" * 100_000, '["' + '\\"[' * 100_000):
+        with pytest.raises(BoundedInputError, match="not JSON"):  # brackets in an unclosed string do not nest
+            loads_json(open_string, "f")

@@ -218,6 +218,20 @@ def _final_stats(log: str) -> dict[str, object]:
             "slowest_input_wall_s": int(stats.get("slowest_unit_time_sec", 0))}
 
 
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded."""
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+def _commit() -> str:
+    """The checkout's commit (``+dirty`` with uncommitted changes to src/): what the figures are of."""
+    def git(*cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(ROOT), *cmd], capture_output=True, text=True, check=False)
+
+    head = git("rev-parse", "--short", "HEAD").stdout.strip() or "?"
+    return head + ("+dirty" if git("diff", "--quiet", "HEAD", "--", "src").returncode else "")
+
+
 def run_target(name: str, args: argparse.Namespace) -> dict[str, object]:
     """One child for ``name``; its row of results.json (peak RSS from the kernel's rusage of the child)."""
     cmd = [sys.executable, __file__, "--child", name, "--runs", str(args.runs), "--seconds", str(args.seconds),
@@ -225,6 +239,8 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, object]:
            str(args.max_len), "--hang-s", str(args.hang_s)]
     log_path = args.out / f"{name}.log"
     args.out.mkdir(parents=True, exist_ok=True)
+    # On a shared machine a rate means little without the load it ran under: kept per target.
+    began, load_start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), _load()
     start = time.monotonic()
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
@@ -233,7 +249,8 @@ def run_target(name: str, args: argparse.Namespace) -> dict[str, object]:
     remove_scratch(proc.pid)
     wall = time.monotonic() - start
     text = log_path.read_text(errors="replace")
-    row: dict[str, object] = {"target": name, **_final_stats(text), "wall_s": round(wall, 1),
+    row: dict[str, object] = {"target": name, "began": began, "load_start": load_start, "load_end": _load(),
+                              **_final_stats(text), "wall_s": round(wall, 1),
                               "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
                               "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "exit": proc.returncode}
     counts_path = args.out / name / "counts.json"
@@ -280,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.node(),
             "cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg(),
-            "runs_per_target": args.runs, "seconds_per_target": args.seconds, "jobs": args.jobs,
+            "commit": _commit(), "runs_per_target": args.runs, "seconds_per_target": args.seconds, "jobs": args.jobs,
             "command": " ".join(sys.argv)}
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "targets": rows}, indent=1) + "\n")
     print("\n| target | inputs | inputs per CPU s | edges | crashes | hangs | slowest input (CPU s) | peak RSS (MB) "
