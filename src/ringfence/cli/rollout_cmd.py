@@ -60,7 +60,7 @@ def _plan(args: argparse.Namespace) -> int:
     from ringfence.bench.driver import DEFAULT_SIZES, parse_sizes
     from ringfence.rollout.machine import Rollout
 
-    pair = _nodes(args.pair, "--pair")
+    pair, layer, fleet, origin = _what_to_roll_out(args)
     try:
         sizes = parse_sizes(args.sizes) if args.sizes else DEFAULT_SIZES
     except ValueError as exc:
@@ -72,11 +72,31 @@ def _plan(args: argparse.Namespace) -> int:
             raise InputError("--target", "--target ssh needs --hosts (the inventory) and --policy (the cluster's)")
         # absolute: a later `rollout advance` may run from another directory
         bench |= {"hosts": str(Path(args.hosts).resolve()), "policy": str(Path(args.policy).resolve())}
-    ro = Rollout.plan(Path(args.state), pair=pair, layer=args.layer, evidence=_evidence(args),
-                      fleet=_nodes(args.fleet, "--fleet") if args.fleet else (), budget=_budget(args),
-                      budget_source=args.policy or "command line", bench=bench)
+    ro = Rollout.plan(Path(args.state), pair=pair, layer=layer, evidence=_evidence(args), fleet=fleet,
+                      budget=_budget(args), budget_source=args.policy or "command line", bench=bench, origin=origin)
     print(_status_text(ro))
     return 0
+
+
+def _what_to_roll_out(args: argparse.Namespace) -> tuple[list[str], str, list[str], dict[str, Any] | None]:
+    """(pair, layer, fleet, where they came from): the flags, or the collective row of a recommendation."""
+    fleet = _nodes(args.fleet, "--fleet") if args.fleet else []
+    if not args.from_recommend:
+        if not args.pair or not args.layer:
+            raise InputError("rollout plan", "give --pair and --layer, or --from-recommend REC.json")
+        return _nodes(args.pair, "--pair"), args.layer, fleet, None
+    if args.pair or args.layer:
+        raise InputError("--from-recommend", "takes the canary pair and the layer from the recommendation: give "
+                                             "it or --pair/--layer, not both")
+    from ringfence.recommend.document import collective_choice, load_recommendations
+
+    row = collective_choice(load_recommendations(args.from_recommend), args.link, source=args.from_recommend)
+    if row.within_budget is False:
+        print(f"rollout plan: the recommendation expects the canary gate to fail for {row.link} "
+              f"({row.plan[-1] if row.plan else row.recommended})", file=sys.stderr)
+    origin = {"file": str(Path(args.from_recommend).resolve()), "link": row.link, "option": row.recommended,
+              "layer": row.layer, "busbw_loss_pct": list(row.cost.busbw_loss_pct), "cost_source": row.cost.source}
+    return list(row.nodes[:2]), str(row.layer), fleet or list(row.nodes), origin
 
 
 def _budget_cmd(args: argparse.Namespace) -> int:
@@ -228,9 +248,13 @@ def register(sub: Any) -> None:
 
     pl = rsub.add_parser("plan", help="create a rollout: canary pair, layer, fleet, benchmark, budget")
     _common(pl)
-    pl.add_argument("--pair", required=True, help="the canary pair, A,B")
-    pl.add_argument("--layer", required=True, help="collective layer (noop, or one from ringfence.secure)")
-    pl.add_argument("--fleet", help="all nodes for step 5 (default: the pair)")
+    pl.add_argument("--pair", help="the canary pair, A,B")
+    pl.add_argument("--layer", help="collective layer (noop, or one from ringfence.secure)")
+    pl.add_argument("--from-recommend", metavar="REC.json",
+                    help="take the layer, the pair (its first two nodes) and the fleet from `ringfence recommend "
+                         "--format json`'s collective recommendation")
+    pl.add_argument("--link", help="with --from-recommend: which collective link (job) when it has several")
+    pl.add_argument("--fleet", help="all nodes for step 5 (default: the pair, or the recommendation's nodes)")
     pl.add_argument("--target", choices=("local", "lab", "ssh"), default="lab")
     pl.add_argument("--hosts", help="--target ssh: the hosts inventory (with --policy: the cluster's policy)")
     pl.add_argument("--sizes", help="benchmark sizes (default 1M..256M)")

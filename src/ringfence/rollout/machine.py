@@ -23,7 +23,7 @@ measurement, verdict and refusal goes to the evidence sink; the state file links
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,8 +100,12 @@ class Rollout:
     @classmethod
     def plan(cls, path: Path, *, pair: Sequence[str], layer: str, evidence: EvidenceSink,
              fleet: Sequence[str] = (), budget: GateBudget | None = None, budget_source: str = "",
-             bench: dict[str, Any] | None = None, clock: Callable[[], str] = _now) -> Rollout:
-        """Create a rollout plan (refusing to overwrite one); optionally record the budget now."""
+             bench: dict[str, Any] | None = None, clock: Callable[[], str] = _now,
+             origin: Mapping[str, Any] | None = None) -> Rollout:
+        """Create a rollout plan (refusing to overwrite one); optionally record the budget now.
+
+        ``origin``: where the layer and nodes came from (a recommendation), kept in the plan's record.
+        """
         path = Path(path)
         if path.exists():
             raise RolloutRefused(f"{path} already holds a rollout", hint="use status/advance, or another --state")
@@ -114,7 +118,8 @@ class Rollout:
         # the target (lab, ssh, local) and its inventory say where the steps act: who ran what, on the record
         where = {k: v for k, v in (bench or {}).items() if k in ("target", "hosts", "policy")}
         ev = ro._record("note", f"rollout {state.id}", {"event": "plan", "pair": list(pair), "fleet": list(fleet_t),
-                                                          "layer": layer, **where})
+                                                          "layer": layer, **where,
+                                                          **({"recommendation": dict(origin)} if origin else {})})
         ro._log("plan", None, "planned", f"canary {pair[0]}+{pair[1]}, layer {layer}, fleet of {len(fleet_t)}", (ev,))
         if budget is not None:
             ro.record_budget(budget, budget_source or "plan")
