@@ -1,0 +1,71 @@
+"""``drill run``'s own options: which node a scenario acts from (``--node``), and where SSH hosts keep the
+telemetry the drill reads its detections from (``--telemetry-dir``, one directory per host with ``{host}``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringfence.cli import build_parser, main
+from ringfence.cli.drill_cmd import scenario_options
+from ringfence.drill._attack import telemetry_dir_of, telemetry_dirs
+from ringfence.drill.exfiltration import suspect_node
+from ringfence.drill.interface import DrillContext
+from ringfence.drill.mgmt_failure import choose_suspect
+from ringfence.lab.policy_text import render_policy
+from ringfence.lab.topology import build_topology
+from ringfence.observe.flows.events.deploy import DEFAULT_DIR
+from ringfence.policy import parse_policy
+
+
+def _args(*extra: str, scenario: str = "exfiltration") -> Any:
+    return build_parser().parse_args(["drill", "run", scenario, *extra])
+
+
+def _ctx(options: dict[str, Any]) -> DrillContext:
+    return DrillContext(object(), object(), object(), Path("/tmp"), "ssh:hosts.yaml",  # type: ignore[arg-type]
+                        options=options)
+
+
+def test_node_goes_to_the_option_each_scenario_reads() -> None:
+    assert scenario_options(_args("--node", "aux")) == {"node": "aux"}
+    assert scenario_options(_args("--node", "worker-1", scenario="management-plane-failure")) == {
+        "suspect": "worker-1"}
+    assert scenario_options(_args()) == {}
+    # and the scenarios act on it: a one-job cluster's exfiltration from a node outside the job leaves the job
+    # to be measured as the bystander
+    policy = parse_policy(render_policy(build_topology("rfunit", 2, 1)), "one-job")
+    assert suspect_node(policy, scenario_options(_args("--node", "aux"))["node"]) == "aux"
+    assert suspect_node(policy, None) == "worker-1"
+    assert choose_suspect(policy, "mgmt", "worker-0") == "worker-0"
+
+
+@pytest.mark.parametrize(("argv", "where"), [
+    (["drill", "run", "malicious-job", "--node", "aux"], "--node"),
+    (["drill", "run", "credential-compromise", "--node", "aux"], "--node"),
+    (["drill", "run", "exfiltration", "--telemetry-dir", "/var/log/t"], "--telemetry-dir"),  # --target lab
+    (["drill", "run", "exfiltration", "--target", "ssh", "--telemetry-dir", "logs/{host}"], "--telemetry-dir"),
+])
+def test_an_option_the_scenario_or_target_does_not_take_is_bad_input(
+        argv: list[str], where: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert where in err and "Traceback" not in err
+
+
+def test_the_telemetry_directory_is_one_for_all_hosts_or_one_per_host() -> None:
+    assert telemetry_dir_of("/var/log/ringfence/telemetry", "fabric") == "/var/log/ringfence/telemetry"
+    assert telemetry_dir_of("/srv/lab/telemetry/{host}", "aux") == "/srv/lab/telemetry/aux"
+    assert telemetry_dirs(_ctx({}), ["aux"]) == {"aux": DEFAULT_DIR}
+    opts = scenario_options(_args("--target", "ssh", "--telemetry-dir", "/srv/t/{host}"))
+    assert telemetry_dirs(_ctx(opts), ["fabric", "mgmt"]) == {"fabric": "/srv/t/fabric", "mgmt": "/srv/t/mgmt"}
+
+
+def test_on_the_lab_its_own_layout_is_used_whatever_the_options() -> None:
+    class FakeLab:
+        telemetry_dir = Path("/run/lab/telemetry")
+
+    dirs = telemetry_dirs(_ctx({"lab": FakeLab(), "telemetry_dir": "/elsewhere"}), ["fabric"])
+    assert dirs == {"fabric": "/run/lab/telemetry/fabric"}
