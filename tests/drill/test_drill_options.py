@@ -11,6 +11,7 @@ import pytest
 from ringfence.cli import build_parser, main
 from ringfence.cli.drill_cmd import scenario_options
 from ringfence.drill._attack import telemetry_dir_of, telemetry_dirs
+from ringfence.drill._respond import _collectors
 from ringfence.drill.exfiltration import suspect_node
 from ringfence.drill.interface import DrillContext
 from ringfence.drill.mgmt_failure import choose_suspect
@@ -18,6 +19,7 @@ from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.observe.flows.events.deploy import DEFAULT_DIR
 from ringfence.policy import parse_policy
+from ringfence.targets.interface import RunResult
 
 
 def _args(*extra: str, scenario: str = "exfiltration") -> Any:
@@ -69,3 +71,37 @@ def test_on_the_lab_its_own_layout_is_used_whatever_the_options() -> None:
 
     dirs = telemetry_dirs(_ctx({"lab": FakeLab(), "telemetry_dir": "/elsewhere"}), ["fabric"])
     assert dirs == {"fabric": "/run/lab/telemetry/fabric"}
+
+
+class _Site:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+class _Cluster:
+    def __init__(self, kind: str) -> None:
+        self._site = _Site(kind)
+
+    def site(self) -> _Site:
+        return self._site
+
+
+class _Exec:
+    """A host whose SSH sessions come from ``peer`` (what ``$SSH_CONNECTION`` says there)."""
+
+    def __init__(self, peer: str) -> None:
+        self.peer = peer
+
+    def run(self, argv: list[str], timeout: float = 30) -> RunResult:
+        return RunResult(tuple(argv), 0, f"{self.peer} 51234 10.77.1.50 22".encode(), b"", 0.01)
+
+
+def test_over_ssh_the_control_host_is_kept_reachable_never_probed_as_a_collector() -> None:
+    policy = parse_policy(render_policy(build_topology("rfunit", 2, 1)), "one-job")
+    ctx = DrillContext(_Cluster("ssh"), policy, object(), Path("/tmp"), "ssh:h.yaml")  # type: ignore[arg-type]
+    # a collector is probed (an approved path must reach it); the control host has no approved path from the
+    # contained node, so probing it would fail every containment over SSH for a path the policy never had
+    assert _collectors(ctx, {"aux": _Exec("10.77.5.10")}, ("aux",)) == (("10.77.3.10",), ("10.77.5.10",))
+    assert _collectors(ctx, {"aux": _Exec("10.77.3.10")}, ("aux",)) == (("10.77.3.10",), ())  # already one
+    lab = DrillContext(_Cluster("lab"), policy, object(), Path("/tmp"), "lab:rf1")  # type: ignore[arg-type]
+    assert _collectors(lab, {"aux": _Exec("10.77.5.10")}, ("aux",)) == (("10.77.3.10",), ())

@@ -101,6 +101,36 @@ def test_a_rank_whose_progress_cannot_be_read_is_unobserved_not_stopped(ssh_lab:
     assert got["others_training"] is None and got["unobserved"] == ["worker-1"]
 
 
+def test_the_exfiltration_drill_over_ssh_is_stopped_detected_and_contained(
+    ssh_lab: tuple[Lab, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab, hosts, policy = ssh_lab
+    ssh = ["--target", "ssh", "--hosts", str(hosts), "--policy", str(policy)]
+    store = tmp_path / "ev"
+    if lab_points(lab)["fabric"].run(["nft", "list", "table", "inet", "ringfence"], timeout=30).returncode != 0:
+        assert main(["apply", str(policy), "--target", "ssh", "--hosts", str(hosts), "--evidence", str(store),
+                     "--approved-by", "cab"]) == 0
+    # before the rank containment below: cutting a rank off stalls the job's collective, and the drill needs
+    # the job training throughout to measure it as the bystander
+    out = tmp_path / "exfil.json"
+    # aux exfiltrates, so the lab's one job (both ranks) is the bystander; the hosts share the lab's filesystem,
+    # each point keeping its telemetry (ulogd, the gateway's log) in a directory of its own
+    code = main(["drill", "run", "exfiltration", *ssh, "--node", "aux", "--store", str(store),
+                 "--telemetry-dir", f"{lab.telemetry_dir}/{{host}}", "-o", str(out)])
+    doc = json.loads(out.read_text())
+    brief = {k: v for k, v in doc.items() if k != "evidence"}
+    assert code == 0 and doc["verdict"] == "pass", (brief, capsys.readouterr().err[-2000:])
+    assert doc["target"] == f"ssh:{hosts}"
+    direct, gateway = (next(a for a in doc["attempts"] if a["step"] == step)
+                       for step in ("exfil-direct", "exfil-egress-gateway"))
+    for a in (direct, gateway):
+        assert a["got_through"] is False and a["detected"] is True and a["bytes_out"] == 0, brief
+        assert "aux (10.77.1.50)" in a["detection"], brief
+    assert "dropped by policy (denied@" in direct["stopped_by"] and "mgmt (10.77.3.10:8888)" in gateway["target"]
+    assert doc["contained"] is True and doc["bystander"]["job"] == "train-a", brief
+    assert doc["bystander"]["within_budget"] is True, brief
+
+
 def test_containment_over_ssh_proves_the_node_and_the_fabric_and_releases(
     ssh_lab: tuple[Lab, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -123,31 +153,3 @@ def test_containment_over_ssh_proves_the_node_and_the_fabric_and_releases(
     assert doc["released"] and doc["release_verified"]
     assert doc["others_training"] is None  # the lab's one job is the contained rank's: nobody else to watch
     assert not [p for p in doc["probes"] if p["destination"].startswith("jump")], "the control host was probed"
-
-
-def test_the_exfiltration_drill_over_ssh_is_stopped_detected_and_contained(
-    ssh_lab: tuple[Lab, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    lab, hosts, policy = ssh_lab
-    ssh = ["--target", "ssh", "--hosts", str(hosts), "--policy", str(policy)]
-    store = tmp_path / "ev"
-    if lab_points(lab)["fabric"].run(["nft", "list", "table", "inet", "ringfence"], timeout=30).returncode != 0:
-        assert main(["apply", str(policy), "--target", "ssh", "--hosts", str(hosts), "--evidence", str(store),
-                     "--approved-by", "cab"]) == 0
-    out = tmp_path / "exfil.json"
-    # aux exfiltrates, so the lab's one job (both ranks) is the bystander; the hosts share the lab's filesystem,
-    # each point keeping its telemetry (ulogd, the gateway's log) in a directory of its own
-    code = main(["drill", "run", "exfiltration", *ssh, "--node", "aux", "--store", str(store),
-                 "--telemetry-dir", f"{lab.telemetry_dir}/{{host}}", "-o", str(out)])
-    doc = json.loads(out.read_text())
-    brief = {k: v for k, v in doc.items() if k != "evidence"}
-    assert code == 0 and doc["verdict"] == "pass", (brief, capsys.readouterr().err[-2000:])
-    assert doc["target"] == f"ssh:{hosts}"
-    direct, gateway = (next(a for a in doc["attempts"] if a["step"] == step)
-                       for step in ("exfil-direct", "exfil-egress-gateway"))
-    for a in (direct, gateway):
-        assert a["got_through"] is False and a["detected"] is True and a["bytes_out"] == 0, brief
-        assert "aux (10.77.1.50)" in a["detection"], brief
-    assert "dropped by policy (denied@" in direct["stopped_by"] and "mgmt (10.77.3.10:8888)" in gateway["target"]
-    assert doc["contained"] is True and doc["bystander"]["job"] == "train-a", brief
-    assert doc["bystander"]["within_budget"] is True, brief
