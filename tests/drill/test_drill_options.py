@@ -3,6 +3,7 @@ telemetry the drill reads its detections from (``--telemetry-dir``, one director
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from ringfence.cli import build_parser, main
 from ringfence.cli.drill_cmd import scenario_options
 from ringfence.drill._attack import telemetry_dir_of, telemetry_dirs
 from ringfence.drill._respond import _collectors
+from ringfence.drill.bystander import BASELINE_S, watch_bystander
 from ringfence.drill.exfiltration import suspect_node
 from ringfence.drill.interface import DrillContext
 from ringfence.drill.mgmt_failure import choose_suspect
@@ -105,3 +107,25 @@ def test_over_ssh_the_control_host_is_kept_reachable_never_probed_as_a_collector
     assert _collectors(ctx, {"aux": _Exec("10.77.3.10")}, ("aux",)) == (("10.77.3.10",), ())  # already one
     lab = DrillContext(_Cluster("lab"), policy, object(), Path("/tmp"), "lab:rf1")  # type: ignore[arg-type]
     assert _collectors(lab, {"aux": _Exec("10.77.5.10")}, ("aux",)) == (("10.77.3.10",), ())
+
+
+class _SlowFirstRead:
+    """A job whose progress takes longer than the baseline to read the first time (an SSH site's first session)."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        if not self.t0:
+            time.sleep(BASELINE_S + 0.5)
+            self.t0 = time.time()
+        steps = int((time.time() - self.t0) * 20)  # 20 steps a second
+        return {f"{r}-worker": {"counters": {"steps": steps}} for r in ("worker-0", "worker-1")}
+
+
+def test_the_baseline_starts_once_the_first_sample_is_read() -> None:
+    policy = parse_policy(render_policy(build_topology("rfunit", 2, 1)), "one-job")
+    with watch_bystander(_SlowFirstRead(), policy, ["aux"]) as watch:  # type: ignore[arg-type]
+        time.sleep(0.5)
+    got = watch.result()
+    assert got.steps_before > 0 and got.within_budget is True, got.detail
