@@ -19,6 +19,8 @@ from ringfence.errors import InputError
 
 #: the scenarios, named without importing them (ringfence.drill.registry.NAMES; a test keeps them equal)
 SCENARIOS = ("credential-compromise", "malicious-job", "exfiltration", "management-plane-failure")
+#: the scenarios ``--node`` names a node of, and the option each reads it from
+NODE_OPTION = {"exfiltration": "node", "management-plane-failure": "suspect"}
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -31,6 +33,25 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The scenario's options from the command line (``--node``, ``--telemetry-dir``); :class:`InputError`
+    for one the scenario or the target does not take."""
+    options: dict[str, Any] = {}
+    if args.node is not None:
+        if args.scenario not in NODE_OPTION:
+            raise InputError("--node", f"the {args.scenario} drill chooses its own actors",
+                             hint=f"--node applies to {' and '.join(NODE_OPTION)}")
+        options[NODE_OPTION[args.scenario]] = args.node
+    if args.telemetry_dir is not None:
+        if args.target != "ssh":
+            raise InputError("--telemetry-dir", "the lab keeps its telemetry where it knows it",
+                             hint="--telemetry-dir applies to --target ssh")
+        if not args.telemetry_dir.startswith("/"):
+            raise InputError("--telemetry-dir", f"{args.telemetry_dir!r} is not an absolute path on the hosts")
+        options["telemetry_dir"] = args.telemetry_dir
+    return options
+
+
 def _run(args: argparse.Namespace) -> int:
     from ringfence.drill.interface import DrillContext
     from ringfence.drill.record import record
@@ -40,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
     play = scenario(args.scenario)
     cluster: Any
-    options: dict[str, Any] = {}
+    options = scenario_options(args)
     if args.target == "lab":
         from ringfence.lab import Lab
         from ringfence.policy import load_policy
@@ -86,4 +107,10 @@ def register(sub: Any) -> None:
     run.add_argument("--store", "--evidence", dest="store",
                      help="evidence store directory (default $RINGFENCE_EVIDENCE or .ringfence/evidence)")
     run.add_argument("--timeout", type=float, default=30.0, help="seconds any one wait of the drill may take")
+    run.add_argument("--node", help="exfiltration: the node that streams the checkpoint; management-plane-failure: "
+                                    "the node contained (default: the last rank of the last job)")
+    run.add_argument("--telemetry-dir", metavar="DIR",
+                     help="--target ssh: where each host keeps ulogd.json, objects.json and the egress gateway's "
+                          "log (default /var/log/ringfence/telemetry); {host} stands for the host's inventory "
+                          "name, for hosts that share one filesystem")
     run.set_defaults(func=_run)

@@ -300,14 +300,26 @@ def detection_of(matches: Sequence[Mapping[str, Any]], policy: Policy, started: 
     )
 
 
+#: in ``options["telemetry_dir"]``, replaced by each enforcement point's inventory name
+HOST_PLACEHOLDER = "{host}"
+
+
+def telemetry_dir_of(template: str, point: str) -> str:
+    """The telemetry directory of ``point`` from a ``--telemetry-dir`` value: the same directory on every host,
+    or — where it holds :data:`HOST_PLACEHOLDER` — one per point (hosts that share one filesystem, as the lab's
+    namespaces do, each keep their logs in a directory of their own)."""
+    return template.replace(HOST_PLACEHOLDER, point)
+
+
 def telemetry_dirs(ctx: DrillContext, points: Iterable[str]) -> dict[str, str]:
     """Where each enforcement point keeps its telemetry: the lab's own directories on ``--target lab``,
-    else ``options["telemetry_dir"]`` or the deployment default on every host."""
+    else ``options["telemetry_dir"]`` (see :func:`telemetry_dir_of`) or the deployment default on every host."""
     lab = ctx.options.get("lab")
     if lab is not None:
         # the lab's layout (ringfence.lab.telemetry.point_dir): one directory per point under its telemetry dir
         return {p: str(Path(lab.telemetry_dir) / p) for p in points}
-    return dict.fromkeys(points, str(ctx.options.get("telemetry_dir") or DEFAULT_DIR))
+    template = str(ctx.options.get("telemetry_dir") or DEFAULT_DIR)
+    return {p: telemetry_dir_of(template, p) for p in points}
 
 
 def enforcement_points(ctx: DrillContext) -> dict[str, Executor]:
@@ -393,6 +405,7 @@ __all__ = [
     "ATTACK_SOURCE",
     "CONNECT_TIMEOUT",
     "DETECTION_NOTE",
+    "HOST_PLACEHOLDER",
     "Conn",
     "Detection",
     "Outcome",
@@ -409,6 +422,7 @@ __all__ = [
     "node_of",
     "read_decisions",
     "record_attempt",
+    "telemetry_dir_of",
     "telemetry_dirs",
     "who",
 ]

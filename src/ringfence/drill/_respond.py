@@ -10,7 +10,6 @@ failure half-way (an exception after isolating) still releases the subject.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from ringfence.enforce.contain import (
     ContainError,
     ContainmentReport,
     contain,
+    control_addresses,
     release,
     resolve_subject,
     verify_release,
@@ -47,18 +47,18 @@ class Response:
     report: ContainmentReport | None = None
 
 
-def _collectors(ctx: DrillContext, points: Mapping[str, Executor], nodes: tuple[str, ...]) -> tuple[str, ...]:
-    """mgmt (the evidence collector, as ``contain`` defaults); over SSH also the control host's address, which
-    drives the containment and must stay reachable (``contain`` does the same)."""
+def _collectors(ctx: DrillContext, points: Mapping[str, Executor],
+                nodes: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(collectors, kept): mgmt, the evidence collector (as ``contain`` defaults); and over SSH the control host's
+    address, which drives the containment and must stay reachable — kept, not a collector, as ``contain
+    --target ssh`` does: no path to it is approved that a probe could show, so probing it would fail the
+    containment for a path the policy never had."""
     mgmt = ctx.policy.node("mgmt")
-    out = list(mgmt.addresses) if mgmt is not None else []
+    collectors = tuple(mgmt.addresses) if mgmt is not None else ()
+    kept: tuple[str, ...] = ()
     if ctx.cluster.site().kind == "ssh":
-        for node in nodes:
-            res = points[node].run(["sh", "-c", 'printf %s "$SSH_CONNECTION"'], timeout=30)
-            fields = res.stdout.decode(errors="replace").split()
-            if res.returncode == 0 and fields:
-                out.append(str(ipaddress.ip_address(fields[0])))
-    return tuple(dict.fromkeys(out))
+        kept = tuple(a for a in control_addresses(points, nodes) if a not in collectors)
+    return collectors, kept
 
 
 def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: float | None,
@@ -66,7 +66,10 @@ def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: f
     """Contain ``node`` or ``job``, prove it, release it (always) and prove the release; never raises for a
     containment that cannot be made (that is ``contained=False`` with the reason: the drill fails closed)."""
     subject = resolve_subject(ctx.policy, node=node, job=job)
-    collectors = _collectors(ctx, points, subject.nodes)
+    try:
+        collectors, kept = _collectors(ctx, points, subject.nodes)
+    except ContainError as exc:  # the control host's own address unknown: containing would cut it off
+        return Response(False, f"containment of {subject.describe()} was not made: {exc.message}", None, ())
 
     def capture(seconds: float, path: Path) -> Path:
         ctx.cluster.capture(seconds, path)
@@ -75,7 +78,8 @@ def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: f
     def steps() -> dict[str, int]:
         return steps_of(ctx.cluster.agent_status())
 
-    ctx.progress(f"containing {subject.describe()} (collectors {', '.join(collectors) or 'none'})")
+    ctx.progress(f"containing {subject.describe()} (collectors {', '.join(collectors) or 'none'}"
+                 f"{'; kept reachable: ' + ', '.join(kept) if kept else ''})")
     t0 = time.time()
     report: ContainmentReport | None = None
     failure = ""
@@ -84,7 +88,7 @@ def respond(ctx: DrillContext, points: Mapping[str, Executor], *, detected_at: f
     try:
         report = contain(ctx.policy, subject, points, ctx.store, target=ctx.target, collectors=collectors,
                          workdir=ctx.workdir, capture=capture, steps=steps, snapshot_seconds=SNAPSHOT_S,
-                         progress=ctx.progress)
+                         progress=ctx.progress, keep=kept)
         proven_at = time.time()
     except ContainError as exc:
         failure = exc.message

@@ -23,6 +23,8 @@ from ringfence.secure.rotation import JobWatch, Sampler, max_gap
 DEFAULT_BUDGET_S = 10.0
 #: how long the baseline is sampled before the drill acts (a measurement period, not a wait for an event)
 BASELINE_S = 2.0
+#: the longest wait for the first sample before the baseline starts (an SSH site's first read sets up sessions)
+FIRST_SAMPLE_S = 30.0
 
 
 def bystander_job(policy: Policy, suspects: Sequence[str]) -> tuple[str, tuple[str, ...]]:
@@ -129,6 +131,11 @@ def watch_bystander(cluster: JobWatch, policy: Policy, suspects: Sequence[str], 
     job, ranks = bystander_job(policy, suspects)
     with BusbwSampler(cluster, ranks) as sampler:
         w = Watch(job, ranks, sampler, budget, busbw_budget_pct=float(policy.budget.busbw_loss_pct))
+        # the baseline runs from the first sample read: over SSH that read can take longer than the baseline
+        # itself, and a baseline with no sample in it shows a training job as not training (unmeasured)
+        deadline = time.monotonic() + FIRST_SAMPLE_S
+        while not sampler.samples and time.monotonic() < deadline:
+            time.sleep(0.05)  # a poll for the sampler's first read, bounded by FIRST_SAMPLE_S
         time.sleep(BASELINE_S)
         w.t_start = time.time()
         try:

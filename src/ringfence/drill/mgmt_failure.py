@@ -149,8 +149,10 @@ class ManagementPlaneFailure:
             evidence.append(ev)
             return ev
 
+        # over SSH the control host drives the containment: it stays reachable — kept, not a collector (no path
+        # to it is approved that a probe could show), as ``contain --target ssh`` does
         collectors: tuple[str, ...] = ()
-        if site.kind == "ssh":  # the control host drives the containment over SSH: it must stay reachable
+        if site.kind == "ssh":
             collectors = tuple(control_addresses(pts, subject.nodes))
             notes.append(f"the control host ({', '.join(collectors)}) stays reachable from {suspect}: it drives "
                          "the containment")
@@ -224,13 +226,13 @@ class ManagementPlaneFailure:
                                                                          float | None]:
         """Contain and prove; without a ruleset, probe the suspect's paths as they are (what gets through)."""
         try:
-            report = contain(policy, subject, pts, ctx.store, target=ctx.target, collectors=collectors,
+            report = contain(policy, subject, pts, ctx.store, target=ctx.target, collectors=(), keep=collectors,
                              workdir=ctx.workdir, capture=lambda s, p: _site.capture_path(ctx.cluster.capture(s, p), p),
                              steps=lambda: steps_of(ctx.cluster.agent_status()), snapshot_seconds=SNAPSHOT_S,
                              progress=ctx.progress)
         except ContainError as exc:
             notes.append(f"containment could not be applied: {exc.message}")
-            run = verify(policy, subject, pts, ctx.store, target=ctx.target, collectors=collectors,
+            run = verify(policy, subject, pts, ctx.store, target=ctx.target, collectors=(), keep=collectors,
                          progress=ctx.progress)
             return None, attempts_of(policy, run.results, detected_after=None), None
         # detection: from isolating to the drop counters read back with every denial attributed
