@@ -80,7 +80,9 @@ def test_rotate_records_key_facts_that_encryption_keys_judges(secured: Lab, tmp_
 def test_rotate_refuses_a_layer_without_rotation_or_not_enabled(secured: Lab, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     common = ["--target", "lab", "--name", secured.name, "--evidence", str(tmp_path / "ev")]
-    assert main(["encrypt", "rotate", "--layer", "ipsec", *common]) == 2
+    assert main(["encrypt", "rotate", "--layer", "macsec", *common]) == 2  # rendered only: nothing runs to rotate
     assert "no live rotation" in capsys.readouterr().err
+    assert main(["encrypt", "rotate", "--layer", "ipsec", *common]) == 2  # rotatable, but not enabled here
+    assert "ipsec is not enabled" in capsys.readouterr().err
     assert main(["encrypt", "rotate", "--layer", "wireguard", "--nodes", "storage", *common]) == 2
     assert "not in the WireGuard tunnel" in capsys.readouterr().err
