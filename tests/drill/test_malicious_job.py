@@ -293,29 +293,41 @@ def test_an_attack_that_did_not_run_is_an_error_per_connection_never_a_stop() ->
 # ------------------------------------------------------------------ the object server's own refusal
 
 
+def _object_server(tmp_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The lab's object server on a free port, listening. A port found free can be taken by another process
+    before the server binds it (the server then exits): then again on another port, up to three times."""
+    err = tmp_path / "storage.err"
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with err.open("wb") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "ringfence.lab.agents.storage", "--bind", "0.0.0.0",
+                                     "--port", str(port), "--status-file", str(tmp_path / "storage.json"), "--owner",
+                                     "train-a=127.0.0.3", "--owner", "train-b=127.0.0.2", "--refusal-log", str(log)],
+                                    stderr=fh)
+        deadline = time.monotonic() + 120  # a Python start on a busy machine; bounded by what is observed
+        while proc.poll() is None and time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    return proc, port
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"the object server never listened: {err.read_text()[-2000:]}")
+
+
 def test_the_object_server_serves_a_jobs_prefix_to_its_ranks_only(tmp_path: Path) -> None:
     log = tmp_path / "objects.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "ringfence.lab.agents.storage", "--bind", "0.0.0.0", "--port",
-                             str(port), "--status-file", str(tmp_path / "storage.json"), "--owner",
-                             "train-a=127.0.0.3", "--owner", "train-b=127.0.0.2", "--refusal-log", str(log)],
-                            stderr=subprocess.DEVNULL)
+    proc, port = _object_server(tmp_path, log)
     try:
         def get(src: str, path: str) -> int:
-            deadline = time.monotonic() + 20
-            while True:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5, source_address=(src, 0))
-                try:
-                    conn.request("GET", path)
-                    return conn.getresponse().status
-                except ConnectionRefusedError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
-                finally:
-                    conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(src, 0))
+            try:
+                conn.request("GET", path)
+                return conn.getresponse().status
+            finally:
+                conn.close()
 
         assert get("127.0.0.2", "/datasets/train-b/shard-0") == 200  # its own job's data
         assert get("127.0.0.2", "/datasets/train-a/shard-0") == 403  # another job's
