@@ -170,3 +170,31 @@ def test_down_copes_with_parts_already_removed_by_hand() -> None:
         report = lab.down()
     assert f"{lab.name}-user" not in report.namespaces_deleted
     assert_nothing_left(lab.name, pids)
+
+
+def test_down_ends_an_unrecorded_process_of_the_lab_and_leaves_a_foreign_one() -> None:
+    """A spawn in flight when its creator was killed writes its pid file after ``down`` read them: its command
+    line names the lab's directory, so it is the lab's and is stopped. A process that does not is reported."""
+    lab = Lab.up(traffic=False)
+    ns = f"{lab.name}-storage"
+    sleeper = "import sys, time; time.sleep(300)"
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        late = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", sleeper,
+                                 f"{lab.paths.directory}/late"], start_new_session=True)
+        foreign = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", sleeper, "not-the-lab"],
+                                   start_new_session=True)
+        started += [late, foreign]
+        deadline = time.monotonic() + 30
+        while not {late.pid, foreign.pid} <= set(lab_netns.namespace_pids(ns)):
+            assert time.monotonic() < deadline, "the two processes never entered the lab's namespace"
+            time.sleep(0.05)
+        report = lab.down()
+        assert late.pid in report.processes_stopped and late.wait(timeout=10) is not None
+        assert foreign.poll() is None, "a process that is not the lab's was signalled"
+        assert foreign.pid in report.leftover_pids
+    finally:
+        for p in started:  # ours, by pid: the foreign one stands in for someone else's
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -770,8 +770,16 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
         stopped += sorted(ended)
         if i == 0:  # the ranks have ended: their Slurm step daemons finish before the scheduler stops
             stopped += sorted(sched.end_job_steps(spaces, marker))
-    # processes we did not record (none should exist) keep a deleted namespace alive: report, never kill
+    # processes we did not record keep a deleted namespace alive. One whose command line names this lab's
+    # directory (or its layers') is ours: a spawn still in flight when its creator was killed, whose wrapper
+    # wrote its pid file after we read them (a ulogd was left so once) — it is stopped. Any other is
+    # reported, never signalled.
     strays = {pid for ns in spaces for pid in netns.namespace_pids(ns) if procs.is_alive(pid)}
+    for mark in (marker, layer_marker):
+        ended, left = procs.stop(strays, mark)
+        stopped += sorted(ended)
+        leftovers |= left
+        strays -= ended
     deleted = tuple(sorted(ns for ns in spaces if netns.delete_namespace(ns)))
     telemetry.remove_resolvers(spaces)
     if leftovers:
