@@ -7,14 +7,17 @@ caller gives one, and a month after that change's month means the year before (a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from ringfence.observe.flows._common import WarningLog, describe_lines, os_error, read_head
+from ringfence.observe.flows._jsonl import iter_json_records
+from ringfence.observe.flows.events.interface import EventResult
 
 
 @dataclass(frozen=True)
@@ -51,4 +54,19 @@ def warn_skipped(warnings: WarningLog, path: Path, lines: Sequence[int] | np.nda
         warnings.add(f"{path}: {rows.size} {unit} skipped, {describe_lines(0, rows)}: {why}")
 
 
-__all__ = ["LogStart", "start_log", "warn_skipped"]
+def read_json_events(path: Path, raw: pa.Schema, schema: pa.Schema,
+                     convert: Callable[[pa.Table, np.ndarray, WarningLog], pa.Table]) -> EventResult:
+    """A JSON-lines log read in bounded blocks of ``raw`` records, each block turned into ``schema`` events by
+    ``convert(table, lines, warnings)``; the readers of JSON event logs share this loop."""
+    warnings = WarningLog()
+    parts: list[pa.Table] = []
+    records = 0
+    for table, lines, consumed in iter_json_records(path, raw, warnings):
+        records += consumed
+        if table.num_rows:
+            parts.append(convert(table, lines, warnings))
+    events = pa.concat_tables(parts) if parts else schema.empty_table()
+    return EventResult(events, warnings.freeze(), records)
+
+
+__all__ = ["LogStart", "read_json_events", "start_log", "warn_skipped"]

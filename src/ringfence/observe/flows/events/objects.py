@@ -24,8 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ringfence.observe.flows._common import WarningLog, canonical_ips, epoch_seconds_to_ts
-from ringfence.observe.flows._jsonl import iter_json_records
-from ringfence.observe.flows.events._logfile import start_log, warn_skipped
+from ringfence.observe.flows.events._logfile import read_json_events, start_log, warn_skipped
 from ringfence.observe.flows.events.interface import OBJECT_SCHEMA, EventResult
 
 SCHEMA: Final = pa.schema([
@@ -73,15 +72,7 @@ class ObjectLogReader:
     def read(self, path: Path, *, node: str | None = None) -> EventResult:
         """Every request record; records that are not one are skipped with a warning naming their lines."""
         start_log(path)  # our error, naming the file, on an unreadable one
-        warnings = WarningLog()
-        parts: list[pa.Table] = []
-        records = 0
-        for table, lines, consumed in iter_json_records(path, SCHEMA, warnings):
-            records += consumed
-            if table.num_rows:
-                parts.append(_requests(table, lines, path, node, warnings))
-        events = pa.concat_tables(parts) if parts else OBJECT_SCHEMA.empty_table()
-        return EventResult(events, warnings.freeze(), records)
+        return read_json_events(path, SCHEMA, OBJECT_SCHEMA, lambda t, lines, w: _requests(t, lines, path, node, w))
 
 
 def _requests(table: pa.Table, lines: np.ndarray, path: Path, node: str | None, warnings: WarningLog) -> pa.Table:

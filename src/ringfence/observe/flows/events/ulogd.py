@@ -28,7 +28,7 @@ from ringfence.observe.flows._common import (
     iso_to_ts,
     read_head,
 )
-from ringfence.observe.flows._jsonl import iter_json_records
+from ringfence.observe.flows.events._logfile import read_json_events
 from ringfence.observe.flows.events.conventions import (
     ACTION_VERDICTS,
     DEFAULT_DEVICE,
@@ -64,15 +64,8 @@ class UlogdReader:
     def read(self, path: Path, *, node: str | None = None) -> EventResult:
         """Every NFLOG record; records without addresses, a protocol, a time or a verdict are skipped, named."""
         read_head(path, 1)
-        warnings = WarningLog()
-        parts: list[pa.Table] = []
-        records = 0
-        for table, lines, consumed in iter_json_records(path, SCHEMA, warnings):
-            records += consumed
-            if table.num_rows:
-                parts.append(_decisions(table, lines, path, node, warnings))
-        events = pa.concat_tables(parts) if parts else DECISION_SCHEMA.empty_table()
-        return EventResult(events, warnings.freeze(), records)
+        return read_json_events(path, SCHEMA, DECISION_SCHEMA,
+                                lambda t, lines, w: _decisions(t, lines, path, node, w))
 
 
 def _time(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
