@@ -45,7 +45,6 @@ def _collectors(policy: Any, names: list[str]) -> tuple[str, ...]:
 
 def _contain(args: argparse.Namespace) -> int:
     from ringfence.enforce.contain import contain, control_addresses, release, resolve_subject
-    from ringfence.enforce.facts import write_json
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
     from ringfence.lab import Lab
@@ -107,35 +106,36 @@ def _contain(args: argparse.Namespace) -> int:
                          capture=lambda s, p: cluster.capture(s, p).path, steps=steps, snapshot_seconds=args.seconds,
                          drill=args.drill, progress=lambda m: print(f"contain: {m}", file=sys.stderr),
                          approved_by=args.approved_by, ticket=args.ticket, keep=keep)
-    doc = report.to_json()
-    if args.output:
-        write_json(args.output, doc)
-    else:
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-    for note in report.notes:
-        print(f"contain: note: {note}", file=sys.stderr)
+    _emit(report, args)
     print(f"contain: {subject.describe()}: isolated={report.isolated} collector={report.collector_reachable} "
           f"points={dict(report.points)} others_training={report.training.get('others_training')} "
           f"released={report.released_evidence is not None}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
-def _revoke(args: argparse.Namespace, cluster: Any, policy: Any, store: Any, target: str) -> int:
-    """``--identity``: revoke, reissue, publish, prove (:func:`ringfence.enforce.revoke.contain_identity_on`)."""
+def _emit(report: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Write the report (``-o`` or stdout) and its notes (stderr); its JSON form."""
     from ringfence.enforce.facts import write_json
-    from ringfence.enforce.revoke import contain_identity_on
 
-    report = contain_identity_on(cluster.site(), policy, args.identity, store, target=target,
-                                 status=cluster.agent_status, timeout=args.timeout,
-                                 progress=lambda m: print(f"contain: {m}", file=sys.stderr),
-                                 approved_by=args.approved_by, ticket=args.ticket)
-    doc = report.to_json()
+    doc: dict[str, Any] = report.to_json()
     if args.output:
         write_json(args.output, doc)
     else:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     for note in report.notes:
         print(f"contain: note: {note}", file=sys.stderr)
+    return doc
+
+
+def _revoke(args: argparse.Namespace, cluster: Any, policy: Any, store: Any, target: str) -> int:
+    """``--identity``: revoke, reissue, publish, prove (:func:`ringfence.enforce.revoke.contain_identity_on`)."""
+    from ringfence.enforce.revoke import contain_identity_on
+
+    report = contain_identity_on(cluster.site(), policy, args.identity, store, target=target,
+                                 status=cluster.agent_status, timeout=args.timeout,
+                                 progress=lambda m: print(f"contain: {m}", file=sys.stderr),
+                                 approved_by=args.approved_by, ticket=args.ticket)
+    doc = _emit(report, args)
     rev = doc["revocation"]
     print(f"contain: identity {args.identity}: {rev['verdict']} (revoked {len(rev['certificates'])} certificate(s), "
           f"refused by {sum(1 for r in rev['refusals'] if r['proven'])}/{len(rev['gates'])} gate(s), latency "
