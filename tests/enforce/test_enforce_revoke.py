@@ -75,7 +75,9 @@ class FakeMesh:
                 self.fps.add(old)
                 self.serials.add(serial)
             self.nodes[n] = {**self.nodes[n], "fingerprint": new}
-            out.append(Rotated(n, self.nodes[n]["identity"], old, new, self.tmp / "retired" / n, serial, time.time()))
+            dark = "holder-unreachable" in self.faults
+            out.append(Rotated(n, self.nodes[n]["identity"], old, new, self.tmp / "retired" / n, serial, time.time(),
+                               unpushed=f"ssh {n}: connection timed out" if dark else None))
             if "no-sidecar-on-new" not in self.faults:  # the holder's own clients, now on the new certificate
                 self.log.append({"t": time.time() + 0.01, "dir": "out", "node": n, "own_fingerprint": new,
                                  "result": "allowed"})
@@ -85,6 +87,8 @@ class FakeMesh:
         return frozenset(self.fps), frozenset(self.serials)
 
     def publish(self, node: str) -> str | None:
+        if "holder-unreachable" in self.faults and node in self.dark_holders():
+            return f"ssh {node}: connection timed out"
         if node == "storage" and "storage-unreachable" in self.faults:
             return "ssh storage: connection timed out"
         self.lists[node] = set(self.fps)
@@ -93,7 +97,12 @@ class FakeMesh:
     def published(self, node: str) -> frozenset[str] | None:
         return frozenset(self.lists[node]) if node in self.lists else None
 
+    def dark_holders(self) -> set[str]:
+        return {n for n, v in self.nodes.items() if v["fingerprint"] != f"sha256:{n}-1"}
+
     def request(self, node: str, cert_dir: Path, req: GateRequest, timeout: float) -> dict[str, Any]:
+        if "holder-unreachable" in self.faults and node in self.dark_holders():
+            return {"outcome": "error", "error": f"ssh {node}: connection timed out"}
         retired = "retired" in cert_dir.parts
         fp = next(r for r in self.rotated_fps(node) if r[0] == retired)[1]
         ev = {"t": time.time(), "dir": "in", "node": req.node, "service": req.service,
@@ -185,6 +194,18 @@ def test_each_fact_taken_away_leaves_no_pass(tmp_path: Path, fault: str, verdict
     assert needle in rev.why()
     assert rev.latency_s is None or fault not in ("mgmt-silent", "mgmt-accepts-old")
     assert ContainmentDoc.model_validate_json(json.dumps(report.to_json())).ok is False
+
+
+def test_an_unreachable_holder_does_not_hold_the_revocation_back(tmp_path: Path) -> None:
+    """The stolen key is revoked and published to every reachable gate although its holder cannot be given
+    the new one; nothing is proven from the holder, so the verdict is not a pass."""
+    report, mesh, _ = _run(tmp_path, ["holder-unreachable"])
+    rev = report.revocation
+    assert rev.verdict is Verdict.UNKNOWN and not report.ok, rev.why()
+    assert rev.in_ca is True and rev.revoked_at is not None
+    assert all(ok for n, ok in rev.published.items() if n != "worker-2") and rev.published["worker-2"] is None
+    assert any("worker-2 could not be given its reissued certificate" in n for n in report.notes)
+    assert mesh.forgotten == ["worker-2"]
 
 
 def test_without_progress_counters_the_recovery_is_unknown(tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ class Mesh(Protocol):
         ...
 
     def reissue(self, nodes: Sequence[str], evidence: EvidenceStore) -> Sequence[tls_run.Rotated]:
-        """New key and certificate on each node, then the old ones revoked at the CA (not yet published)."""
+        """New key and certificate on each node, then the old ones revoked at the CA (not yet published) — also
+        where the new one could not be installed (:attr:`Rotated.unpushed` says why)."""
         ...
 
     def ca_lists(self) -> tuple[frozenset[str], frozenset[int]]:
@@ -97,7 +98,8 @@ class TlsMesh:
 
     def reissue(self, nodes: Sequence[str], evidence: EvidenceStore) -> Sequence[tls_run.Rotated]:
         """See :class:`Mesh`."""
-        return tls_run.reissue_tls(self.site, self.policy, evidence=evidence, nodes=nodes, reason="revoked")
+        return tls_run.reissue_tls(self.site, self.policy, evidence=evidence, nodes=nodes, reason="revoked",
+                                   revoke_unreachable=True)
 
     def ca_lists(self) -> tuple[frozenset[str], frozenset[int]]:
         """See :class:`Mesh`."""

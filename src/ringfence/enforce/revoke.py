@@ -468,6 +468,10 @@ def contain_identity(policy: Policy, identity: str, store: EvidenceStore, *, mes
     steps_before = {n: int(c.get("steps", 0)) for n, c in before.items()}
     say(f"reissuing {', '.join(nodes)}'s certificate(s) for {identity}, then revoking the old one(s)")
     rotated = list(mesh.reissue(nodes, store))
+    notes += [f"{r.node} could not be given its reissued certificate ({r.unpushed}); the old one is revoked "
+              "regardless — a stolen key must not stay valid while its holder is unreachable — and that node's "
+              "services stay refused until `ringfence encrypt rotate --layer tls --nodes "
+              f"{r.node}` reaches it" for r in rotated if r.unpushed is not None]
     certs = tuple(RevokedCert(r.node, r.identity, addrs.get(r.node, ""), r.old_fingerprint, r.old_serial,
                               r.new_fingerprint, r.revoked_at) for r in rotated)
     fps, serials = mesh.ca_lists()

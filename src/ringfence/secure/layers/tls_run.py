@@ -280,6 +280,7 @@ class Rotated:
     retired: Path  # directory keeping the old cert and (0600) key, for the refusal proof only
     old_serial: int = 0  # the old certificate's serial (the CRL's name for it)
     revoked_at: float | None = None  # epoch seconds the CA revoked the old certificate
+    unpushed: str | None = None  # why the new credential could not be written to the node (containment only)
 
 
 def reissue_tls(
@@ -290,6 +291,7 @@ def reissue_tls(
     evidence: EvidenceStore | None = None,
     nodes: Iterable[str] | None = None,
     reason: str = "rotated",
+    revoke_unreachable: bool = False,
 ) -> tuple[Rotated, ...]:
     """Make before break, without publishing: re-issue each node's certificate with a new key, push it to the
     node, then revoke the old ones at the CA (only once every replacement is in place) and record it.
@@ -299,6 +301,10 @@ def reissue_tls(
     ``reason`` is recorded with each key event (``rotated``, ``revoked``). The old certificate and key are
     moved to ``<site layer dir>/retired/<node>`` (key 0600) for the refusal proof; :func:`forget_retired`
     deletes them.
+
+    ``revoke_unreachable`` (containment): a node the new credential cannot be written to does not hold the
+    revocation back — the old key is presumed stolen, so waiting on its holder would leave it valid. That node's
+    :attr:`Rotated.unpushed` says why; a rotation (the default) stops at the first failed push instead.
     """
     store = StateStore(site.name)
     rt = Runtime(site, store)
@@ -317,8 +323,15 @@ def reissue_tls(
         os.replace(cert_dir / "key.pem", retired / "key.pem")
         shutil.copy2(cert_dir / "ca.pem", retired / "ca.pem")
         old, new = pki.rotate(pdir, cert_dir, lifetime=life)
-        push_credential(rt, node, cert_dir)
-        out.append(Rotated(node, new.info.identity or "", old.fingerprint, new.info.fingerprint, retired, old.serial))
+        unpushed: str | None = None
+        try:
+            push_credential(rt, node, cert_dir)
+        except LayerError as exc:
+            if not revoke_unreachable:
+                raise
+            unpushed = exc.message
+        out.append(Rotated(node, new.info.identity or "", old.fingerprint, new.info.fingerprint, retired, old.serial,
+                           unpushed=unpushed))
     done: list[Rotated] = []
     for r in out:  # revoked only once every replacement is in place: no moment without a valid credential
         pki.revoke(pdir, r.retired / "cert.pem")
@@ -336,6 +349,7 @@ def reissue_tls(
                     "old_serial": f"{r.old_serial:x}",
                     "new_fingerprint": r.new_fingerprint,
                     "old_revoked": True,
+                    "new_installed": r.unpushed is None,
                 },
             )
     st = store.read()
