@@ -224,3 +224,29 @@ def test_huge_field_is_bounded(tmp_path: Path) -> None:
     good = BRIM.read_bytes().splitlines()[8]
     p.write_bytes(HEADER + good.replace(b"C8Tful1TvM3Zf5x8fl", b"U" * 3_000_000) + b"\n" + good + b"\n")
     assert ZeekReader().read(p).flows.num_rows == 2
+
+
+def test_pyarrow_converts_a_literal_without_trying_an_import() -> None:
+    """pyarrow looks for ``dateutil`` each time it converts an untyped Python literal; without the package
+    every ``pc.equal(column, "-")`` of the readers pays a failed import (the readers' cost on small logs
+    doubled). The dependency is declared; this fails if it is dropped or pyarrow starts importing again."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = pa.array(["-", "tcp"])
+    pc.equal(col, "-")
+    tried: list[str] = []
+
+    class Watch:
+        def find_spec(self, name: str, path: object, target: object = None) -> None:
+            tried.append(name)
+
+    watch = Watch()
+    sys.meta_path.insert(0, watch)
+    try:
+        assert pc.equal(col, "-").to_pylist() == [True, False]
+    finally:
+        sys.meta_path.remove(watch)
+    assert tried == []
