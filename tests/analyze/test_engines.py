@@ -6,6 +6,7 @@ The Spark tests start one local[2] session for the module (a JVM: many seconds) 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,19 +103,21 @@ def _rows(t: pa.Table) -> list[dict[str, Any]]:
     return t.to_pylist()
 
 
-SPARK = EngineSpec(EngineKind.SPARK, "local[2]")
+SPARK_HEAP = 800 * 2**20
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[EngineSpec]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineSpec]:
     pytest.importorskip("pyspark")
     pytest.importorskip("sqlglot")
     if shutil.which("java") is None:
         pytest.skip("no Java: run `make sysdeps`")
-    yield SPARK
+    spill = tmp_path_factory.mktemp("spark-spill")
+    yield EngineSpec(EngineKind.SPARK, "local[2]", memory_limit=SPARK_HEAP, spill_dir=str(spill))
     from ringfence.analyze.engine.spark import stop_sessions
 
     stop_sessions()  # the JVM must not stay up (a gigabyte and a core) for the rest of the suite
+    assert list(spill.iterdir()) == []  # Spark's local directory went with its session
 
 
 @pytest.mark.slow
@@ -142,3 +145,34 @@ def test_spark_discovers_the_same_policy(spark: EngineSpec) -> None:
     assert _rows(group_flows(duck_classified := classify(OBSERVED, POLICY), POLICY, engine=spark)) == _rows(
         group_flows(duck_classified, POLICY)
     )
+
+
+
+@pytest.mark.slow
+def test_spark_runs_under_the_memory_limit_and_spill_dir(spark: EngineSpec) -> None:
+    """``--memory-limit`` and ``--spill-dir`` bound a local Spark as they bound DuckDB: the JVM's heap is at most
+    the limit and its local directory a fresh one under the spill directory (gone after the session: the
+    fixture's teardown); another heap in the same process is refused (a JVM's heap is fixed when it starts)."""
+    from ringfence.analyze.engine.interface import AnalyzeError
+    from ringfence.analyze.engine.spark import SparkEngine
+
+    eng = SparkEngine(spark)
+    try:
+        sc = eng._spark.sparkContext
+        heap = int(sc._jvm.java.lang.Runtime.getRuntime().maxMemory())
+        assert 400 * 2**20 < heap <= SPARK_HEAP, heap
+        assert str(sc.getConf().get("spark.local.dir")).startswith(str(spark.spill_dir) + "/ringfence-spark-")
+        assert eng.query("SELECT 1 AS one").num_rows == 1
+    finally:
+        eng.close()
+    with pytest.raises(AnalyzeError, match="runs with a 800m driver heap; 900m was asked for"):
+        SparkEngine(dataclasses.replace(spark, memory_limit=900 * 2**20))
+
+
+def test_the_driver_heap_follows_the_limit_locally_and_only_when_given_on_a_cluster() -> None:
+    from ringfence.analyze.engine.spark import driver_heap
+
+    assert driver_heap(EngineSpec(EngineKind.SPARK, "local[2]", memory_limit=2**30)) == "1024m"
+    assert driver_heap(EngineSpec(EngineKind.SPARK, None, memory_limit=64 * 2**20)) == "64m"
+    assert driver_heap(EngineSpec(EngineKind.SPARK, "spark://head:7077")) is None
+    assert driver_heap(EngineSpec(EngineKind.SPARK, "yarn", memory_limit=2**31)) == "2048m"

@@ -49,14 +49,16 @@ def add_engine_argument(parser: Any) -> None:
         type=_size,
         default=None,
         metavar="SIZE",
-        help="DuckDB's memory limit for the flow analysis (64MB, 4GiB, 40%%); beyond it DuckDB spills to disk. "
-        "Default: $RINGFENCE_DUCKDB_MEMORY, else half of this machine's (or cgroup's) memory",
+        help="the flow analysis's memory limit (64MB, 4GiB, 40%%): DuckDB's, beyond which it spills to disk, or "
+        "Spark's driver heap (local mode: the whole engine). Default: $RINGFENCE_DUCKDB_MEMORY, else half of this "
+        "machine's (or cgroup's) memory",
     )
     parser.add_argument(
         "--spill-dir",
         default=None,
         metavar="DIR",
-        help="where DuckDB spills what does not fit (a fresh subdirectory, removed afterwards). "
+        help="where DuckDB (or a local Spark, as spark.local.dir) spills what does not fit (a fresh "
+        "subdirectory, removed afterwards). "
         "Default: $RINGFENCE_DUCKDB_SPILL, else the system temporary directory",
     )
 

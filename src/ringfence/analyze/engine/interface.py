@@ -38,8 +38,8 @@ class EngineSpec:
     """Which engine, and for Spark where its master is (``local[N]``, ``spark://host:7077``, ``yarn``).
 
     ``memory_limit`` (bytes) and ``spill_dir`` bound a DuckDB connection (``--memory-limit``,
-    ``--spill-dir``); None takes the defaults of :mod:`ringfence.analyze.engine.limits`. Spark sizes
-    its memory from its own configuration and ignores both.
+    ``--spill-dir``), and a local Spark's driver heap and ``spark.local.dir`` (see
+    :mod:`ringfence.analyze.engine.spark`); None takes the defaults of :mod:`ringfence.analyze.engine.limits`.
     """
 
     kind: EngineKind = EngineKind.DUCKDB

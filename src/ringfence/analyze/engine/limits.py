@@ -102,12 +102,12 @@ class SpillDir:
     """A fresh directory for one connection's spill files, under ``parent`` (or the variable's, or the
     system temporary directory); :meth:`remove` deletes it and everything in it."""
 
-    def __init__(self, parent: str | None) -> None:
+    def __init__(self, parent: str | None, *, engine: str = "duckdb") -> None:
         where = "--spill-dir" if parent else SPILL_ENV
         base = parent or os.environ.get(SPILL_ENV, "").strip() or tempfile.gettempdir()
         try:
             Path(base).mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix="ringfence-duckdb-", dir=base))
+            self.path = Path(tempfile.mkdtemp(prefix=f"ringfence-{engine}-", dir=base))
         except OSError as exc:
             raise InputError(
                 f"{where} {base}", f"cannot make a spill directory there: {exc.strerror or exc}",

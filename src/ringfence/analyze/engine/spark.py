@@ -9,6 +9,14 @@ ranges were compiled to integer classes and segments — so Spark needs no range
 
 A Spark session is expensive to start (a JVM: seconds to tens of seconds), so one session per master
 is kept for the process; each :class:`SparkEngine` drops the views it created when it closes.
+
+*Memory.* ``--memory-limit`` (else ``RINGFENCE_DUCKDB_MEMORY``, else half the machine, as for DuckDB) becomes
+``spark.driver.memory``, the JVM's heap, which in ``local[N]`` mode is the executor too; on a cluster master it
+sizes the driver only when given (the executors' memory is the cluster's own configuration). ``--spill-dir``
+(else the variable, else the temporary directory) holds a fresh ``ringfence-spark-*`` directory as
+``spark.local.dir`` in local mode, where Spark spills shuffles and sorts; it goes when the session stops. The heap
+is fixed when the JVM starts, and PySpark keeps one JVM per process: a later session asking for another heap is
+refused, never silently run under the first one's.
 """
 
 from __future__ import annotations
@@ -23,9 +31,13 @@ import sqlglot.errors
 
 from ringfence.analyze.engine.duck import parquet_glob
 from ringfence.analyze.engine.interface import DEFAULT_SPARK_MASTER, AnalyzeError, EngineKind, EngineSpec
+from ringfence.analyze.engine.limits import SpillDir, memory_limit
 from ringfence.errors import EnvironmentProblem, InputError
 
 _sessions: dict[str, Any] = {}
+_spills: dict[str, SpillDir] = {}
+#: the driver heap the process's JVM was started with (PySpark keeps one JVM per process)
+_jvm_heap: list[str] = []
 
 
 def _spark_errors() -> tuple[type[BaseException], ...]:
@@ -43,11 +55,35 @@ def stop_sessions() -> None:
     memory and cores.
     """
     while _sessions:
-        _, session = _sessions.popitem()
+        master, session = _sessions.popitem()
         session.stop()
+        spill = _spills.pop(master, None)
+        if spill is not None:
+            spill.remove()
 
 
-def _session(master: str) -> Any:
+def _is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def driver_heap(spec: EngineSpec) -> str | None:
+    """``spark.driver.memory`` for ``spec`` (``512m``): the memory limit in local mode (the driver is the
+    executor), on a cluster only when one was given; None leaves Spark's own setting."""
+    master = spec.master or DEFAULT_SPARK_MASTER
+    if not _is_local(master) and spec.memory_limit is None:
+        return None
+    return f"{max(1, memory_limit(spec.memory_limit) // 2**20)}m"
+
+
+def _session(spec: EngineSpec) -> Any:
+    master = spec.master or DEFAULT_SPARK_MASTER
+    heap = driver_heap(spec)
+    if heap is not None and _jvm_heap and _jvm_heap[0] != heap:
+        raise AnalyzeError(
+            f"this process's Spark JVM runs with a {_jvm_heap[0]} driver heap; {heap} was asked for, and a JVM's "
+            "heap is fixed when it starts",
+            hint="run the analysis in a fresh process with the memory limit you want",
+        )
     if master in _sessions:
         return _sessions[master]
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
@@ -61,9 +97,15 @@ def _session(master: str) -> Any:
         raise EnvironmentProblem("the Spark engine needs pyspark", hint="run `make install`") from exc
     partitions = os.environ.get("RINGFENCE_SPARK_PARTITIONS", "8")
     failures: tuple[type[BaseException], ...] = (*_spark_errors(), RuntimeError)
+    spill = SpillDir(spec.spill_dir, engine="spark") if _is_local(master) else None
+    builder = SparkSession.builder
+    if heap is not None:
+        builder = builder.config("spark.driver.memory", heap)
+    if spill is not None:
+        builder = builder.config("spark.local.dir", str(spill.path))
     try:
         session = (
-            SparkSession.builder.master(master)
+            builder.master(master)
             .appName("ringfence")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")  # no progress bars on stdout: it carries data
@@ -76,8 +118,14 @@ def _session(master: str) -> Any:
         )
         session.sparkContext.setLogLevel("ERROR")
     except failures as exc:
+        if spill is not None:
+            spill.remove()
         raise AnalyzeError(f"cannot start Spark at {master}: {exc}", hint="check the master URL and Java") from exc
     _sessions[master] = session
+    if spill is not None:
+        _spills[master] = spill
+    if not _jvm_heap:
+        _jvm_heap.append(str(session.sparkContext.getConf().get("spark.driver.memory", heap or "1g")))
     return session
 
 
@@ -111,7 +159,7 @@ class SparkEngine:
 
     def __init__(self, spec: EngineSpec | None = None) -> None:
         self._spec = spec or EngineSpec(EngineKind.SPARK)
-        self._spark = _session(self._spec.master or DEFAULT_SPARK_MASTER)
+        self._spark = _session(self._spec)
         self._views: list[str] = []
 
     @property
@@ -168,4 +216,4 @@ class SparkEngine:
         self._views.clear()
 
 
-__all__ = ["SparkEngine", "stop_sessions", "to_spark_sql"]
+__all__ = ["SparkEngine", "driver_heap", "stop_sessions", "to_spark_sql"]
