@@ -99,6 +99,27 @@ def test_behind_a_tls_gate_the_read_and_both_identities_come_from_the_sidecars(t
     assert any("addresses and time" in n for n in tr.notes)
 
 
+def test_a_gate_that_logs_the_client_port_joins_only_its_own_connection(tmp_path: Path, policy: Policy) -> None:
+    """The same client's other connection, nearer in time, is not this flow's: the gate's port decides."""
+    t = time.time()
+    path = f"/datasets/train-a/shard-{int(t + 0.04) % 7}"
+    mine = {"t": t + 0.30, "dir": "in", "node": "storage", "service": "storage-http", "peer": W0, "peer_port": 41000,
+            "peer_identity": ID_A, "method": "GET", "path": path, "result": "allowed", "reason": "job:train-a",
+            "response_bytes": 131100}
+    nearer = {**mine, "t": t + 0.01, "peer_port": 41002, "peer_identity": "spiffe://lab/job/train-b",
+              "result": "denied"}
+    files = _write(tmp_path, {
+        ("storage", "ulogd"): [_ulogd(t, "storage", W0, 41000)],
+        ("storage", "objects"): [_obj(t + 0.29, "127.0.0.1", 50000)],
+        ("storage", "tls"): [json.dumps(nearer), json.dumps(mine)],
+    })
+    tr = reconstruct(load(files), policy, "allowed", spec=FlowSpec.parse(f"{W0}:41000-{STORAGE}:8080/tcp"))
+    assert tr.src.identity == ID_A
+    assert [(r.direction, r.peer_port, r.result) for r in tr.tls] == [("in", 41000, "allowed")]
+    assert any("joined this flow by its client port" in n for n in tr.notes)
+    assert not any("addresses and time" in n for n in tr.notes)
+
+
 def test_a_log_without_ports_joins_by_address_and_time_only(tmp_path: Path, policy: Policy) -> None:
     t = time.time()
     files = _write(tmp_path, {("storage", "ulogd"): [_ulogd(t, "storage", W0, 41000)],

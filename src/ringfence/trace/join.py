@@ -9,8 +9,10 @@
   (``address-time``).
 
 The sidecars' records give the identities: the gate in front of the responder names the initiator's SPIFFE
-ID (its certificate, checked there), the initiator's outbound sidecar names the responder's. Neither logs the
-client's port, so these join by addresses and time — the nearest record within :data:`NEAR`.
+ID (its certificate, checked there), the initiator's outbound sidecar names the responder's. The gate logs the
+client's port: its record is this flow's only when that is the flow's source port (a log from before it did
+joins by addresses alone); the outbound record names the service's address and port. Either is the nearest
+such record within :data:`NEAR`.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _access(row: dict[str, Any], joined: ObjectJoin, identity: str | None) -> Ob
 def _record(row: dict[str, Any]) -> TlsRecord:
     return TlsRecord(time=_iso(row["time"]), direction=row["direction"], node=row["node"], peer=row["peer"],
                      identity=row["identity"], method=row["method"], path=row["path"], result=row["result"],
-                     reason=row["reason"], source=row["source"], line=row["line"])
+                     reason=row["reason"], source=row["source"], line=row["line"], peer_port=row["peer_port"])
 
 
 def _sidecars(tls: pa.Table, w: Window) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -97,6 +99,9 @@ def _sidecars(tls: pa.Table, w: Window) -> tuple[dict[str, Any] | None, dict[str
     gate = client = None
     if w.dst_node is not None:
         mask = pc.and_(pc.and_(_eq(near, "direction", "in"), _eq(near, "node", w.dst_node)), _eq(near, "peer", w.src))
+        if w.sport is not None:  # a gate that logged the client's port is this flow's only when it is the sport
+            port = near.column("peer_port")
+            mask = pc.and_(mask, pc.fill_null(pc.equal(port, pa.scalar(w.sport, port.type)), True))
         gate = _nearest(near.filter(mask).to_pylist(), w.start)
     if w.src_node is not None and w.dport is not None:
         mask = pc.and_(pc.and_(_eq(near, "direction", "out"), _eq(near, "node", w.src_node)),

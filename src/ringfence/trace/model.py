@@ -121,6 +121,9 @@ class TlsRecord(_Frozen):
     reason: str | None
     source: str
     line: int
+    #: in: the client's port the gate logged (the record then joined this flow by it); out: the service's port.
+    #: None: a log from before the gates recorded it, joined by addresses and time.
+    peer_port: int | None = None
 
 
 class TimelineEntry(_Frozen):

@@ -346,9 +346,13 @@ def _build(tel: Telemetry, policy: Policy, sample: Sample, best: dict[str, Any],
     # the data plane's own identity (Hubble's) first; else the one the certificate proved at a sidecar
     src = _endpoint(policy, best["src"], when, jobs, first.get("src_identity") or joined.src_identity, src_name)
     dst = _endpoint(policy, best["dst"], when, jobs, first.get("dst_identity") or joined.dst_identity, dst_name)
-    if any(o.joined != "5-tuple" for o in joined.objects):
+    gate_port = any(r.direction == "in" and r.peer_port is not None for r in joined.tls)
+    if any(o.joined == "address-time" or (o.joined == "tls-gate" and not gate_port) for o in joined.objects):
         notes.append("an object request was joined by addresses and time (the log or the TLS gate records no "
                      "client port): the nearest request within seconds, not an exact 5-tuple match")
+    elif any(o.joined == "tls-gate" for o in joined.objects):
+        notes.append("the TLS gate's record joined this flow by its client port; the request it forwarded was "
+                     "joined to that record by node, method, path and the nearest time")
     if jobs is None:
         notes.append("no job source given (--jobs): job and user are null")
     attributed = all(e.node is not None or e.identity is not None for e in (src, dst))

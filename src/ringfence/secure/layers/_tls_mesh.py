@@ -273,6 +273,7 @@ class Mesh:
             "node": self.node,
             "service": service,
             "peer": addr[0],
+            "peer_port": addr[1],  # the client's port: the gate's record joins its flow by 5-tuple, not by time
             "own_fingerprint": mat.fingerprint,
         }
         try:

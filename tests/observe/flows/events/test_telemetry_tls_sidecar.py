@@ -70,6 +70,15 @@ def test_bad_records_are_skipped_by_line_and_the_rest_kept(tmp_path: Path) -> No
         assert needle in text, (needle, text)
 
 
+def test_the_gate_logs_the_clients_port(tmp_path: Path) -> None:
+    path = _write(tmp_path, _in(peer_port=41000), _in(peer_port=70000), _in(peer_port=-1), _in(peer_port="x"), _in())
+    res = TlsSidecarReader().read(path)
+    got = [(r["line"], r["peer_port"]) for r in res.events.to_pylist()]
+    assert got[0] == (1, 41000) and got[-1] == (5, None), got
+    assert (2, 70000) not in got and (3, -1) not in got
+    assert "no usable peer address" in "\n".join(res.warnings)
+
+
 def test_unreadable_file_is_our_error(tmp_path: Path) -> None:
     with pytest.raises(FlowSourceError, match="nothing.jsonl"):
         TlsSidecarReader().read(tmp_path / "nothing.jsonl")

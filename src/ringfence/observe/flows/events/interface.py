@@ -109,7 +109,7 @@ TLS_SCHEMA: Final = pa.schema([
     pa.field("node", pa.string(), nullable=False),
     pa.field("service", pa.string()),
     pa.field("peer", pa.string(), nullable=False),  # canonical address
-    pa.field("peer_port", pa.int32()),  # out: the service's port; in: the gate logs none
+    pa.field("peer_port", pa.int32()),  # out: the service's port; in: the client's (null in older logs)
     pa.field("identity", pa.string()),
     pa.field("expected_identity", pa.string()),
     pa.field("method", pa.string()),

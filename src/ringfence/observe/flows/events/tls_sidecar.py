@@ -8,8 +8,9 @@ Each sidecar appends one JSON object per connection, after deciding it::
     {"t": 1796125964.69, "dir": "out", "node": "worker-0", "peer": "10.77.2.10:8080",
      "expected_identity": "spiffe://lab/node/storage", "peer_identity": "spiffe://lab/node/storage", ...}
 
-``in`` is the gate in front of a service on ``node`` (``peer``: the client's address — the gate logs no
-port); ``out`` a client on ``node`` calling ``peer`` (``address:port``). ``peer_identity`` is the SPIFFE ID
+``in`` is the gate in front of a service on ``node`` (``peer``: the client's address, ``peer_port`` its port —
+absent from logs written before the gates recorded it); ``out`` a client on ``node`` calling ``peer``
+(``address:port``). ``peer_identity`` is the SPIFFE ID
 the peer's certificate proved (absent when the handshake or the certificate was refused). Records without
 a usable time, direction, node, peer or result are skipped with a warning naming their lines; lines are read
 in bounded blocks like every reader's.
@@ -34,6 +35,7 @@ SCHEMA: Final = pa.schema([
     pa.field("node", pa.string()),
     pa.field("service", pa.string()),
     pa.field("peer", pa.string()),
+    pa.field("peer_port", pa.int64()),
     pa.field("peer_identity", pa.string()),
     pa.field("expected_identity", pa.string()),
     pa.field("method", pa.string()),
@@ -79,8 +81,8 @@ def _events(table: pa.Table, lines: np.ndarray, path: Path, node: str | None, wa
     host = pc.if_else(pa.array(outbound), pc.struct_field(split, "host"), raw_peer)
     peer, peer_ok = canonical_ips(host)
     port_text = pc.if_else(pa.array(outbound), pc.struct_field(split, "port"), pa.scalar(None, pa.string()))
-    port = pc.cast(port_text, pa.int64())
-    port_ok = _mask(pc.fill_null(pc.less_equal(port, 65535), True))
+    port = pc.if_else(pa.array(outbound), pc.cast(port_text, pa.int64()), table.column("peer_port"))
+    port_ok = _mask(pc.fill_null(pc.and_(pc.greater_equal(port, 0), pc.less_equal(port, 65535)), True))
     result_ok = _mask(pc.is_in(table.column("result"), pa.array(RESULTS)))
     size = table.column("response_bytes")
     bytes_ok = _mask(pc.fill_null(pc.greater_equal(size, 0), True))
