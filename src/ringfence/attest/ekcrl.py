@@ -45,7 +45,7 @@ class EkCrl:
 
 
 def _parse(data: bytes, path: Path) -> list[x509.CertificateRevocationList]:
-    if data.lstrip().startswith(b"-----BEGIN"):
+    if b"-----BEGIN" in data:  # PEM, text around the blocks allowed (bundles often carry comments)
         blocks = _PEM_CRL.findall(data)
         if not blocks:
             raise ValueError("PEM without an X509 CRL block")
