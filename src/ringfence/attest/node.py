@@ -12,8 +12,9 @@ leaked object context fills the TPM's few slots within a handful of runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from ringfence.attest.ekcert import EK_CERT_NV_RSA
+from ringfence.attest.ekcert import EK_CERT_INDICES
 from ringfence.attest.interface import AK_HANDLE, EK_HANDLE, Evidence, TpmUnreachable
 from ringfence.targets.interface import Executor, TargetError
 from ringfence.targets.ops import write_file
@@ -25,8 +26,10 @@ _HEX = "od -An -tx1 -v \"$1\" | tr -d ' \\n'; echo"
 _FLUSH = "tpm2_flushcontext -t >/dev/null 2>&1; tpm2_flushcontext -s >/dev/null 2>&1; "
 _KEYS = (
     'set -e; d="$0"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
+    # an EK already persistent is kept whatever its algorithm (the verifier reads that from its public area)
     + f"if ! tpm2_readpublic -c {EK_HANDLE} -o ek.pub >/dev/null 2>&1; then "
-    f"tpm2_createek -c ek.ctx -G rsa -u ek.pub >/dev/null; tpm2_evictcontrol -C o -c ek.ctx {EK_HANDLE} >/dev/null; "
+    'tpm2_createek -c ek.ctx -G "$1" -u ek.pub >/dev/null; '
+    f"tpm2_evictcontrol -C o -c ek.ctx {EK_HANDLE} >/dev/null; "
     f"rm -f ek.ctx; fi; {_FLUSH}"
     f"tpm2_evictcontrol -C o -c {AK_HANDLE} >/dev/null 2>&1 || true; "
     f"tpm2_createak -C {EK_HANDLE} -c ak.ctx -G ecc -g sha256 -s ecdsa -u ak.pub -n ak.name >/dev/null; "
@@ -40,11 +43,13 @@ _ACTIVATE = (
     f"tpm2_activatecredential -c {AK_HANDLE} -C {EK_HANDLE} -i cred.bin -o secret.out -P session:s.ctx >/dev/null; "
     "tpm2_flushcontext s.ctx >/dev/null 2>&1 || true; hex secret.out"
 )
-_EK_CERT = (
+_EK_CERTS = (
     'set -e; d="$0"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
     + "trap 'rm -f ekcert.der' EXIT; "
-    # no certificate in the TPM prints an empty line: the verifier refuses that when it requires one
-    f"if tpm2_nvread {EK_CERT_NV_RSA} -o ekcert.der >/dev/null 2>&1; then hex ekcert.der; else echo; fi"
+    # one line per NV index asked for, empty where the TPM holds none: the verifier refuses a TPM without
+    # a certificate of its EK when it requires one
+    'for i in "$@"; do if tpm2_nvread "$i" -o ekcert.der >/dev/null 2>&1; then hex ekcert.der; else echo; fi; '
+    "rm -f ekcert.der; done"
 )
 _QUOTE = (
     'set -e; d="$0"; log="$3"; ima="$4"; mkdir -p "$d"; cd "$d"; hex() { ' + _HEX + '; }; ' + _FLUSH
@@ -67,6 +72,8 @@ class NodeTpm:
     workdir: str  # on the node: transient files of the tools (public areas, the credential blob)
     event_log: str  # on the node: the measured-boot log (JSON, or binary_bios_measurements on a real host)
     ima_list: str = ""  # on the node: the IMA ASCII list (ascii_runtime_measurements); empty: not read
+    # the EK created when none is persistent: rsa (RSA 2048, TCG template L-1) or ecc (NIST P-256, L-2)
+    ek_alg: Literal["rsa", "ecc"] = "rsa"
 
     @property
     def node(self) -> str:
@@ -92,15 +99,20 @@ class NodeTpm:
 
     def keys(self, timeout: float = 60.0) -> tuple[bytes, bytes, bytes]:
         """(EK TPM2B_PUBLIC, AK TPM2B_PUBLIC, AK name): the EK kept (or created), a fresh AK under it."""
-        out = self._run(_KEYS, [], "creating the EK and AK", timeout)
+        out = self._run(_KEYS, [self.ek_alg], "creating the EK and AK", timeout)
         if len(out) != 3:
             raise TpmUnreachable(f"{self.node}: creating the EK and AK: expected 3 outputs, got {len(out)}")
         return out[0], out[1], out[2]
 
-    def ek_certificate(self, timeout: float = 60.0) -> bytes:
-        """The EK certificate the TPM's manufacturer stored in NV (empty when it holds none)."""
-        out = self._run(_EK_CERT, [], "reading the EK certificate", timeout)
-        return out[0] if len(out) == 1 else b""
+    def ek_certificates(self, kind: str, timeout: float = 60.0) -> dict[str, bytes]:
+        """What the TPM holds at each NV index of a ``kind`` (rsa, ecc) EK's certificate: index → bytes,
+        empty where it holds none (the TCG EK Credential Profile's indices, ringfence.attest.ekcert)."""
+        indices = EK_CERT_INDICES[kind]
+        out = self._run(_EK_CERTS, list(indices), "reading the EK certificate", timeout)
+        if len(out) != len(indices):
+            raise TpmUnreachable(f"{self.node}: reading the EK certificate: expected {len(indices)} outputs, "
+                                 f"got {len(out)}")
+        return dict(zip(indices, out, strict=True))
 
     def activate(self, credential: bytes, timeout: float = 60.0) -> bytes:
         """The secret of ``credential`` (from ``tpm2_makecredential``), as only this TPM's EK can recover it."""

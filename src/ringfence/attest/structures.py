@@ -16,7 +16,10 @@ from ringfence.attest.interface import MalformedTpmData
 
 TPM_GENERATED = 0xFF544347
 ST_ATTEST_QUOTE = 0x8018
-ALG_RSA, ALG_ECC, ALG_NULL, ALG_SHA256 = 0x0001, 0x0023, 0x0010, 0x000B
+ALG_RSA, ALG_ECC, ALG_NULL, ALG_SHA256, ALG_SHA384, ALG_SHA512 = 0x0001, 0x0023, 0x0010, 0x000B, 0x000C, 0x000D
+#: the name algorithms of the TCG EK templates: sha256 (L-1, L-2, H-1, H-2), sha384 (H-3, H-6), sha512 (H-4, H-7)
+EK_NAME_ALGS = frozenset({ALG_SHA256, ALG_SHA384, ALG_SHA512})
+_NAME_HASH = {ALG_SHA256: "sha256", ALG_SHA384: "sha384", ALG_SHA512: "sha512"}
 ALG_RSASSA, ALG_RSAPSS, ALG_ECDSA = 0x0014, 0x0016, 0x0018
 CURVES = {0x0003: "secp256r1", 0x0004: "secp384r1", 0x0005: "secp521r1"}
 # TPMA_OBJECT bits a quoting key must have: fixedTPM, fixedParent, sensitiveDataOrigin, restricted, sign.
@@ -72,15 +75,20 @@ class PublicKey:
         return self.attributes & AK_ATTRIBUTES == AK_ATTRIBUTES
 
 
-def parse_public(tpm2b_public: bytes) -> PublicKey:
-    """A ``TPM2B_PUBLIC`` (what ``tpm2_createak -u`` writes) of an ECC or RSA signing key."""
+def parse_public(tpm2b_public: bytes, name_algs: frozenset[int] = frozenset({ALG_SHA256})) -> PublicKey:
+    """A ``TPM2B_PUBLIC`` (what ``tpm2_createak -u`` writes) of an ECC or RSA key.
+
+    ``name_algs``: the name algorithms accepted: sha256 only for an AK (its name is what the credential
+    binds and the quote names); :data:`EK_NAME_ALGS` for an EK, whose high-range templates use more.
+    """
     outer = _Reader(tpm2b_public, "TPM2B_PUBLIC")
     area = outer.tpm2b()
     outer.end()
     r = _Reader(area, "TPMT_PUBLIC")
     kind, name_alg, attributes = r.u16(), r.u16(), r.u32()
-    if name_alg != ALG_SHA256:
-        raise MalformedTpmData(f"TPMT_PUBLIC: name algorithm 0x{name_alg:04x} (only sha256 is accepted)")
+    if name_alg not in name_algs:
+        accepted = ", ".join(_NAME_HASH[a] for a in sorted(name_algs))
+        raise MalformedTpmData(f"TPMT_PUBLIC: name algorithm 0x{name_alg:04x} (only {accepted} accepted)")
     r.tpm2b()  # authPolicy
     sym = r.u16()
     if sym != ALG_NULL:
@@ -97,18 +105,18 @@ def parse_public(tpm2b_public: bytes) -> PublicKey:
         if curve is None:
             raise MalformedTpmData(f"TPMT_PUBLIC: unsupported ECC curve 0x{curve_id:04x}")
         r.end()
-        return PublicKey(_name(area), attributes, "ecc", curve, x, y)
+        return PublicKey(_name(area, name_alg), attributes, "ecc", curve, x, y)
     if kind == ALG_RSA:
         r.u16()  # keyBits
         exponent = r.u32() or 65537  # 0 means the default exponent
         modulus = int.from_bytes(r.tpm2b(), "big")
         r.end()
-        return PublicKey(_name(area), attributes, "rsa", None, modulus, exponent)
+        return PublicKey(_name(area, name_alg), attributes, "rsa", None, modulus, exponent)
     raise MalformedTpmData(f"TPMT_PUBLIC: unsupported key type 0x{kind:04x}")
 
 
-def _name(area: bytes) -> bytes:
-    return struct.pack(">H", ALG_SHA256) + hashlib.sha256(area).digest()
+def _name(area: bytes, name_alg: int) -> bytes:
+    return struct.pack(">H", name_alg) + hashlib.new(_NAME_HASH[name_alg], area).digest()
 
 
 def public_area_digest(tpm2b_public: bytes) -> str:
@@ -181,6 +189,7 @@ def parse_signature(data: bytes) -> Signature:
 
 __all__ = [
     "ALG_SHA256",
+    "EK_NAME_ALGS",
     "Attest",
     "PublicKey",
     "Signature",

@@ -17,7 +17,8 @@ from pathlib import Path
 from cryptography import x509
 
 from ringfence.attest.credential import make_credential
-from ringfence.attest.ekcert import check_ek_certificate
+from ringfence.attest.ekcert import check_ek_certificates, ek_kind
+from ringfence.attest.ekcrl import EkCrl
 from ringfence.attest.eventlog import judge_events, pcr_digest
 from ringfence.attest.interface import AttestError, Decision, Evidence, MalformedTpmData, TpmUnreachable
 from ringfence.attest.measured import read_measurements
@@ -46,17 +47,18 @@ class EnrolOutcome:
     ek_sha256: str = ""
 
 
-def _enrol_one(tpm: NodeTpm, bound: dict[str, str], ek_roots: Sequence[x509.Certificate]
-               ) -> tuple[EnrolOutcome, Enrolment | None]:
+def _enrol_one(tpm: NodeTpm, bound: dict[str, str], ek_roots: Sequence[x509.Certificate],
+               ek_crls: Sequence[EkCrl]) -> tuple[EnrolOutcome, Enrolment | None]:
     node = tpm.node
     try:
         ek_pub, ak_pub, name = tpm.keys()
         ek_fp = public_area_digest(ek_pub)
         ak = parse_public(ak_pub)
-        ek_cert = tpm.ek_certificate() if ek_roots else b""
+        # the EK in use decides which certificate: an RSA EK's from an RSA index, an ECC EK's from an ECC one
+        ek_certs = tpm.ek_certificates(ek_kind(ek_pub)) if ek_roots else {}
     except (TpmUnreachable, MalformedTpmData) as exc:
         return EnrolOutcome(node, False, exc.message), None
-    if ek_roots and (why := check_ek_certificate(ek_cert, ek_pub, ek_roots)) is not None:
+    if ek_roots and (why := check_ek_certificates(ek_certs, ek_pub, ek_roots, crls=ek_crls)) is not None:
         return EnrolOutcome(node, False, f"EK certificate: {why}", ek_fp), None
     if bound.get(node, ek_fp) != ek_fp:
         return EnrolOutcome(node, False, f"name {node} is bound to another TPM (EK sha256 {bound[node][:16]}…); "
@@ -82,15 +84,16 @@ def _enrol_one(tpm: NodeTpm, bound: dict[str, str], ek_roots: Sequence[x509.Cert
 
 
 def enrol(tpms: Sequence[NodeTpm], registry: Path, site: str, *,
-          ek_roots: Sequence[x509.Certificate] = ()) -> list[EnrolOutcome]:
+          ek_roots: Sequence[x509.Certificate] = (), ek_crls: Sequence[EkCrl] = ()) -> list[EnrolOutcome]:
     """Enrol every node; a node already enrolled with the same EK gets a fresh AK, another EK is refused.
     With ``ek_roots`` (the policy's TPM manufacturer CAs) a node's EK must also carry a certificate that
-    chains to one of them; without, a name's first enrolment is trusted (trust-on-first-use)."""
+    chains to one of them, unrevoked by ``ek_crls`` (when given); without, a name's first enrolment is
+    trusted (trust-on-first-use)."""
     reg = read_registry(registry, site)
     bound = {n: e.ek_sha256 for n, e in reg.nodes.items()}
     out = []
     for tpm in tpms:
-        outcome, entry = _enrol_one(tpm, bound, ek_roots)
+        outcome, entry = _enrol_one(tpm, bound, ek_roots, ek_crls)
         out.append(outcome)
         if entry is not None:
             reg = with_enrolment(reg, entry)

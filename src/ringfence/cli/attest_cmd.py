@@ -25,6 +25,9 @@ from ringfence.cli._targets import add_target_arguments
 from ringfence.errors import InputError
 
 if TYPE_CHECKING:
+    from cryptography import x509
+
+    from ringfence.attest.ekcrl import EkCrl
     from ringfence.attest.run import AttestSite
     from ringfence.policy.attestation import Attestation
 
@@ -86,14 +89,29 @@ def _write(args: argparse.Namespace, doc: dict[str, Any]) -> None:
         print(json.dumps(doc, indent=1))
 
 
-def _enroll(args: argparse.Namespace) -> int:
+def _ek_trust(args: argparse.Namespace) -> tuple[tuple[x509.Certificate, ...], tuple[EkCrl, ...]]:
+    """The EK roots and CRLs that ``--policy`` lists, read before any node is contacted: a missing or
+    malformed file is an error naming it (exit 2), never an enrolment without the check it asked for."""
+    if not args.target_policy:
+        return (), ()  # the lab's own allowlist lists neither
     from ringfence.attest.ekcert import load_ek_roots
+    from ringfence.attest.ekcrl import load_ek_crls
+    from ringfence.policy import load_policy
+
+    allow = load_policy(args.target_policy).attestation
+    if allow is None:
+        return (), ()  # _site refuses it, saying what is missing
+    base = Path(args.target_policy).parent
+    return load_ek_roots(allow.ek_roots, base), load_ek_crls(allow.ek_crls, base)
+
+
+def _enroll(args: argparse.Namespace) -> int:
     from ringfence.attest.verifier import enrol
 
-    site, allow = _site(args)
-    base = Path(args.target_policy).parent if args.target_policy else Path.cwd()
+    roots, crls = _ek_trust(args)
+    site, _ = _site(args)
     outcomes = enrol([site.tpms[n] for n in sorted(site.tpms)], _registry(args, site.name), site.name,
-                     ek_roots=load_ek_roots(allow.ek_roots, base))
+                     ek_roots=roots, ek_crls=crls)
     for o in outcomes:
         print(f"{o.node}: {'enrolled' if o.enrolled else 'REFUSED'}: {o.reason}", file=sys.stderr)
     _write(args, {"site": site.name, "nodes": [{"node": o.node, "enrolled": o.enrolled, "reason": o.reason,

@@ -7,6 +7,7 @@ An optional ``attestation:`` section of ``ringfence.yaml``::
       pcrs: [7, 9, 10]          # the sha256 PCRs quoted, exactly; an event in any other PCR is a failure
       secure_boot: required     # required | not-required (the event log's secure-boot event, PCR 7)
       ek_roots: [tpm-vendor-ca.pem]   # optional: the EK certificate must chain to one of these at enrolment
+      ek_crls: [tpm-vendor-ek-ca.crl] # optional: CRLs (PEM or DER) of those CAs, downloaded by you; never fetched
       components:
         - name: kernel
           kind: host-kernel
@@ -88,6 +89,10 @@ class Attestation(_Strict):
     # PEM files of the TPM manufacturers' CAs (relative: from the policy's folder); when listed, enrolment
     # requires the node's EK certificate to chain to one of them (ringfence.attest.ekcert)
     ek_roots: tuple[Annotated[str, Field(min_length=1, max_length=4096)], ...] = ()
+    # CRL files (PEM or DER) of those CAs, as their CRL distribution points publish them; ringfence never
+    # fetches one. When listed, every certificate below the root must be covered by a current CRL of its
+    # issuer and not revoked (ringfence.attest.ekcrl)
+    ek_crls: tuple[Annotated[str, Field(min_length=1, max_length=4096)], ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Attestation:
@@ -99,6 +104,8 @@ class Attestation(_Strict):
         outside = sorted({c.pcr for c in self.components} - set(self.pcrs))
         if outside:
             raise ValueError(f"components measured into PCR(s) {outside}, which pcrs does not quote")
+        if self.ek_crls and not self.ek_roots:
+            raise ValueError("ek_crls needs ek_roots: a CRL is checked only on a chain to a listed root")
         return self
 
     def interval_seconds(self) -> int:
