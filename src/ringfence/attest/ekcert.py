@@ -35,6 +35,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from ringfence.attest._x509 import extension
 from ringfence.attest.ekcrl import EkCrl, revocation_problem
 from ringfence.attest.interface import AttestError, MalformedTpmData
 from ringfence.attest.structures import EK_NAME_ALGS, PublicKey, parse_public
@@ -123,14 +124,11 @@ def _key_problem(cert: x509.Certificate, ek: PublicKey) -> str | None:
 
 def _usage_problem(cert: x509.Certificate, kind: str) -> str | None:
     """The profile's keyUsage of an EK certificate: keyEncipherment (RSA) or keyAgreement (ECC); no CA."""
-    try:
-        if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-            return "the EK certificate is a CA certificate (basicConstraints CA), not an EK's"
-    except x509.ExtensionNotFound:
-        pass
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-    except x509.ExtensionNotFound:
+    bc = extension(cert, x509.BasicConstraints)
+    if bc is not None and bc.ca:
+        return "the EK certificate is a CA certificate (basicConstraints CA), not an EK's"
+    usage = extension(cert, x509.KeyUsage)
+    if usage is None:
         return "the EK certificate has no keyUsage (the profile requires keyEncipherment or keyAgreement)"
     if kind == "rsa" and not usage.key_encipherment:
         return "the RSA EK certificate's keyUsage lacks keyEncipherment (TCG EK Credential Profile)"
@@ -141,15 +139,10 @@ def _usage_problem(cert: x509.Certificate, kind: str) -> str | None:
 
 def _ca_path_length(cert: x509.Certificate) -> tuple[bool, int | None]:
     """(is a CA, its pathLenConstraint) from basicConstraints; a keyUsage without keyCertSign is no CA."""
-    try:
-        bc = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-    except x509.ExtensionNotFound:
+    bc = extension(cert, x509.BasicConstraints)
+    usage = extension(cert, x509.KeyUsage)
+    if bc is None or (usage is not None and not usage.key_cert_sign):
         return False, None
-    try:
-        if not cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign:
-            return False, None
-    except x509.ExtensionNotFound:
-        pass
     return bool(bc.ca), bc.path_length
 
 

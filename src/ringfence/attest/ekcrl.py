@@ -28,6 +28,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 
+from ringfence.attest._x509 import extension
 from ringfence.attest.interface import AttestError
 
 _PEM_CRL = re.compile(rb"-----BEGIN X509 CRL-----\s.*?-----END X509 CRL-----", re.S)
@@ -97,14 +98,10 @@ def _covers(crl: x509.CertificateRevocationList, cert_is_ca: bool) -> str | bool
     for ext in crl.extensions:
         if ext.critical and type(ext.value) not in _KNOWN:
             return f"it has a critical extension ringfence does not know ({ext.oid.dotted_string})"
-    try:
-        crl.extensions.get_extension_for_class(x509.DeltaCRLIndicator)
+    if extension(crl, x509.DeltaCRLIndicator) is not None:
         return "it is a delta CRL: list the issuer's full CRL"
-    except x509.ExtensionNotFound:
-        pass
-    try:
-        idp = crl.extensions.get_extension_for_class(x509.IssuingDistributionPoint).value
-    except x509.ExtensionNotFound:
+    idp = extension(crl, x509.IssuingDistributionPoint)
+    if idp is None:
         return True
     if idp.indirect_crl or idp.only_some_reasons or idp.only_contains_attribute_certs:
         return "it is an indirect or partitioned CRL (issuing distribution point): list the issuer's full CRL"
@@ -116,10 +113,8 @@ def _covers(crl: x509.CertificateRevocationList, cert_is_ca: bool) -> str | bool
 
 
 def _allows_crl_sign(issuer: x509.Certificate) -> bool:
-    try:
-        return bool(issuer.extensions.get_extension_for_class(x509.KeyUsage).value.crl_sign)
-    except x509.ExtensionNotFound:
-        return True  # no keyUsage: every use allowed (RFC 5280 section 4.2.1.3)
+    usage = extension(issuer, x509.KeyUsage)
+    return True if usage is None else bool(usage.crl_sign)  # no keyUsage: every use allowed (RFC 5280 4.2.1.3)
 
 
 def revocation_problem(cert: x509.Certificate, issuer: x509.Certificate, cert_is_ca: bool,
@@ -158,10 +153,8 @@ def revocation_problem(cert: x509.Certificate, issuer: x509.Certificate, cert_is
             covering.append(c)
         entry = c.crl.get_revoked_certificate_by_serial_number(cert.serial_number)
         if entry is not None and scope:
-            try:
-                reason = f", reason {entry.extensions.get_extension_for_class(x509.CRLReason).value.reason.name}"
-            except x509.ExtensionNotFound:
-                reason = ""
+            why = extension(entry, x509.CRLReason)
+            reason = f", reason {why.reason.name}" if why is not None else ""
             return (f"{_name(cert)} ({serial}, issuer {_name(issuer)}) is revoked since "
                     f"{entry.revocation_date_utc:%Y-%m-%d}{reason} (CRL {c.path})")
     if not covering:
