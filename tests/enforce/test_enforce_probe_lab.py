@@ -16,7 +16,7 @@ from ringfence.controls.requirements import enforce_requirements
 from ringfence.enforce.apply import FABRIC, apply_policy, rollback
 from ringfence.enforce.facts import load_change_facts, load_probe_facts, load_ruleset_facts
 from ringfence.enforce.partition_nft import partition_jobs
-from ringfence.enforce.partition_probe import prove_partitions, record_partitions
+from ringfence.enforce.partition_probe import arp_probe, prove_partitions, record_partitions
 from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, probe_policy, run_probes
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
@@ -154,26 +154,27 @@ def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
     enforced: tuple[Lab, Policy, EvidenceStore], tmp_path: Path
 ) -> None:
     """apply installs a partition per job (bridge ports); the proof shows each job's ranks reach each other and
-    train while the other job's rank gets neither an ARP answer nor a connection, dropped by the partition —
-    and the control passes on those facts, never on a set with a side taken away."""
+    train while the other job's rank gets neither an ARP answer nor a SYN answered (direct or routed), dropped by
+    the partition; the control passes on those facts; and without the partition the same ARP is answered."""
     lab, policy, store = enforced
     parted = _partitioned(policy)
     target = f"lab:{lab.name}"
     version = apply_policy(parted, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
                            approved_by="cab@lab", ticket="CHG-2", fabric_ports=lab_fabric_ports(lab))
+    restored = False
     try:
         record = store.get(version.evidence).data
         assert record["partition"] == {"installed": True, "jobs": ["train-a", "train-b"]}
         jobs = partition_jobs(parted, lab_fabric_ports(lab))
-        doc = record_partitions(store, prove_partitions(jobs, lab_partition_inputs(lab), target=target))
+        doc = record_partitions(store, prove_partitions(jobs, lab_partition_inputs(lab), target=target, timeout=1.0))
         by = {(p["layer"], p["source"], p["destination"], p["expected"]): p for p in doc["probes"]}
         for src, dst in (("worker-1", "worker-0"), ("worker-3", "worker-2")):  # each job inside its partition
             assert by[("l2", src, dst, "allow")]["outcome"] == "answered", by[("l2", src, dst, "allow")]
             assert by[("l3", src, dst, "allow")]["outcome"] == "connected", by[("l3", src, dst, "allow")]
         for src, dst in (("worker-2", "worker-0"), ("worker-0", "worker-2")):  # across jobs: dropped by the fabric
-            for layer in ("l2", "l3"):
+            for layer in ("l2", "l3", "l3-routed"):  # ARP; raw SYN to the member's MAC; raw SYN via the gateway
                 p = by[(layer, src, dst, "deny")]
-                assert p["outcome"] in ("silent", "timeout", "error") and p["by_policy"] is True, p
+                assert p["outcome"] in ("silent", "timeout") and p["by_policy"] is True, p
         for j in doc["jobs"]:  # every rank stepped over the probe window
             assert all(j["steps_after"][m] > j["steps_before"][m] for m in j["members"]), j
         out = tmp_path / "partitions.json"
@@ -185,12 +186,16 @@ def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
                                      training_traffic.job_partitions(parted, facts))
         assert {(f.requirement, f.verdict) for f in found if f.requirement.startswith("job-partition")} == {
             ("job-partition-permitted", Verdict.PASS), ("job-partition-denied", Verdict.PASS)}, found
-        # without the partition the other job's rank resolves job A's rank again: the same proof cannot pass
+        # without the partition the other job's rank resolves job A's rank again: the probe that proved the
+        # drop now gets its answer, so the same proof cannot pass on a fabric that does not partition
         apply_policy(policy, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
                      approved_by="cab@lab", ticket="CHG-3", fabric_ports=lab_fabric_ports(lab))
-        (w2,) = [p for p in prove_partitions(jobs, lab_partition_inputs(lab), target=target, settle_s=0)["probes"]
-                 if (p["layer"], p["source"], p["destination"]) == ("l2", "worker-2", "worker-0")]
-        assert w2["outcome"] == "answered" and w2["by_policy"] is False, w2
+        restored = True
+        w2 = lab.executor("worker-2")
+        outcome, _ = arp_probe(w2, lab.topology.interface("worker-2"), lab.topology.address("worker-0"),
+                               "02:00:5e:10:00:01", timeout=1.0)
+        assert outcome == "answered"
     finally:
-        apply_policy(policy, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
-                     approved_by="cab@lab", ticket="CHG-4")
+        if not restored:
+            apply_policy(policy, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
+                         approved_by="cab@lab", ticket="CHG-4")
