@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ringfence.cli import main
 from ringfence.controls import admin_paths, training_traffic
@@ -15,16 +16,15 @@ from ringfence.controls.interface import Facts, Verdict
 from ringfence.controls.requirements import enforce_requirements
 from ringfence.enforce.apply import FABRIC, apply_policy, rollback
 from ringfence.enforce.facts import load_change_facts, load_probe_facts, load_ruleset_facts
-from ringfence.enforce.partition_nft import partition_jobs
-from ringfence.enforce.partition_probe import arp_probe, prove_partitions, record_partitions
+from ringfence.enforce.partition_probe import arp_probe
 from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, probe_policy, run_probes
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.facts.partitions import load as load_partition_facts
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.lab.points import lab_fabric_ports, lab_inventory, lab_partition_inputs, lab_points
-from ringfence.policy import Partition, Policy, parse_policy
+from ringfence.lab.points import lab_fabric_ports, lab_inventory, lab_points
+from ringfence.policy import Policy, load_policy, parse_policy
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -144,10 +144,14 @@ def test_assess_judges_both_sides_with_the_probe_facts(
     assert by["encryption_keys"]["verdict"] == "fail" and code == 1
 
 
-def _partitioned(policy: Policy) -> Policy:
-    """The lab's policy with a partition declared for each job (what apply installs on the bridge fabric)."""
-    jobs = tuple(j.model_copy(update={"partition": Partition(vlan=100 + i)}) for i, j in enumerate(policy.jobs))
-    return policy.model_copy(update={"jobs": jobs})
+def _partitioned(lab: Lab, path: Path) -> Policy:
+    """The lab's policy with a partition declared for each job (what apply installs on the bridge fabric), also
+    written to ``path`` for the CLI."""
+    doc = yaml.safe_load(lab.policy_yaml())
+    for i, job in enumerate(doc["jobs"]):
+        job["partition"] = {"vlan": 100 + i}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load_policy(path)
 
 
 def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
@@ -157,7 +161,7 @@ def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
     train while the other job's rank gets neither an ARP answer nor a SYN answered (direct or routed), dropped by
     the partition; the control passes on those facts; and without the partition the same ARP is answered."""
     lab, policy, store = enforced
-    parted = _partitioned(policy)
+    parted = _partitioned(lab, tmp_path / "partitioned.yaml")
     target = f"lab:{lab.name}"
     version = apply_policy(parted, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
                            approved_by="cab@lab", ticket="CHG-2", fabric_ports=lab_fabric_ports(lab))
@@ -165,8 +169,11 @@ def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
     try:
         record = store.get(version.evidence).data
         assert record["partition"] == {"installed": True, "jobs": ["train-a", "train-b"]}
-        jobs = partition_jobs(parted, lab_fabric_ports(lab))
-        doc = record_partitions(store, prove_partitions(jobs, lab_partition_inputs(lab), target=target, timeout=1.0))
+        out = tmp_path / "partitions.json"
+        assert main(["partition", "prove", str(tmp_path / "partitioned.yaml"), "--name", lab.name, "-o", str(out),
+                     "--timeout", "1", "--evidence", str(store.path)]) == 0
+        doc = json.loads(out.read_text())
+        assert store.get(doc["evidence"]).data["probes"] == doc["probes"]  # recorded in the evidence store
         by = {(p["layer"], p["source"], p["destination"], p["expected"]): p for p in doc["probes"]}
         for src, dst in (("worker-1", "worker-0"), ("worker-3", "worker-2")):  # each job inside its partition
             assert by[("l2", src, dst, "allow")]["outcome"] == "answered", by[("l2", src, dst, "allow")]
@@ -177,8 +184,6 @@ def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
                 assert p["outcome"] in ("silent", "timeout") and p["by_policy"] is True, p
         for j in doc["jobs"]:  # every rank stepped over the probe window
             assert all(j["steps_after"][m] > j["steps_before"][m] for m in j["members"]), j
-        out = tmp_path / "partitions.json"
-        out.write_text(json.dumps(doc))
         loaded = load_partition_facts(out)
         assert loaded.taken is not None
         facts = Facts(partitions=loaded.value, taken={"partitions": loaded.taken})

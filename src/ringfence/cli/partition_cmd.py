@@ -37,10 +37,10 @@ def _prove(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise InputError("--timeout", f"must be positive, not {args.timeout}")
     policy = load_policy(args.policy)
+    if not any(j.partition is not None for j in policy.jobs):
+        raise InputError(args.policy, "no job declares a partition (jobs[].partition): nothing to prove")
     lab = Lab.attach(args.name)
     jobs = partition_jobs(policy, lab_fabric_ports(lab))
-    if not any(j.partitioned for j in jobs):
-        raise InputError(args.policy, "no job declares a partition (jobs[].partition): nothing to prove")
     store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
     doc = record_partitions(store, prove_partitions(jobs, lab_partition_inputs(lab), target=f"lab:{lab.name}",
                                                     timeout=args.timeout))

@@ -32,7 +32,7 @@ GATHER: Mapping[str, str] = {
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),
     "partitions": (
-        "no job-partition facts: run `ringfence partition prove --target lab -o partitions.json` and pass "
+        "no job-partition facts: run `ringfence partition prove POLICY --target lab -o partitions.json` and pass "
         "`--partitions partitions.json`"
     ),
     "attestation": (

@@ -67,7 +67,7 @@ def partition_findings(meta: ControlMeta, policy: Policy, facts: Facts) -> list[
 
 PART_PERMITTED: Final = "job-partition-permitted"
 PART_DENIED: Final = "job-partition-denied"
-PART_GATHER: Final = "ringfence partition prove --target lab -o partitions.json"
+PART_GATHER: Final = "ringfence partition prove POLICY --target lab -o partitions.json"
 
 
 def _declares(policy: Policy) -> bool:
@@ -87,6 +87,12 @@ DENY_LAYERS: Final = ("l2", "l3", "l3-routed")
 _REACHED = {"answered", "connected", "refused", "reset"}  # the frame or segment got to the member's host
 
 
+def _count(steps: Any, member: str) -> bool:
+    """Whether ``steps`` holds a step counter (an int, never a bool or text) for ``member``."""
+    value = steps.get(member) if isinstance(steps, Mapping) else None
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _permitted(job: Job, entry: Mapping[str, Any], mine: Sequence[Mapping[str, Any]]) -> tuple[Verdict, str]:
     allow = [p for p in mine if p["expected"] == "allow"]
     broken = [p for p in allow if p["outcome"] not in ("answered", "connected")]
@@ -97,7 +103,7 @@ def _permitted(job: Job, entry: Mapping[str, Any], mine: Sequence[Mapping[str, A
     if len(job.members) > 1 and {p["layer"] for p in allow} != {"l2", "l3"}:
         return Verdict.UNKNOWN, f"no L2 and L3 probe between job {job.name}'s own ranks"
     before, after = entry.get("steps_before", {}), entry.get("steps_after", {})
-    stalled = [m for m in job.members if m not in before or m not in after or after[m] <= before[m]]
+    stalled = [m for m in job.members if not (_count(before, m) and _count(after, m) and after[m] > before[m])]
     if stalled:
         return Verdict.UNKNOWN, f"job {job.name}'s rank(s) {', '.join(stalled)} showed no training step over the probes"
     steps = ", ".join(f"{m} {before[m]}→{after[m]}" for m in job.members)
@@ -139,7 +145,7 @@ def job_partition_findings(meta: ControlMeta, policy: Policy, facts: Facts) -> l
     for job in declared:
         entry = entries.get(job.name)
         subject = f"job {job.name} partition"
-        if entry is None or not entry.get("partitioned") or tuple(entry.get("members", ())) != job.members:
+        if entry is None or entry.get("partitioned") is not True or tuple(entry.get("members", ())) != job.members:
             why = (f"job {job.name} was not probed as partitioned with members {', '.join(job.members)}; "
                    f"gather with `{PART_GATHER}`")
             out += [Finding(meta.id, Verdict.UNKNOWN, subject, why, evidence, requirement=r)

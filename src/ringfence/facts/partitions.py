@@ -1,5 +1,5 @@
-"""Job-partition facts (``ringfence partition prove --target lab -o partitions.json``): each partitioned job probed
-both ways at L2 and L3 on the fabric, and its ranks' step counters around the probes."""
+"""Job-partition facts (``ringfence partition prove POLICY --target lab -o partitions.json``): each partitioned
+job probed both ways at L2 and L3 on the fabric, and its ranks' step counters around the probes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic import AwareDatetime, Field
 from ringfence.facts.interface import Loaded, Strict, parse
 
 FORMAT = "ringfence-partitions/1"
-HINT = "write it with: ringfence partition prove --target lab -o partitions.json"
+HINT = "write it with: ringfence partition prove POLICY --target lab -o partitions.json"
 
 
 class JobModel(Strict):
