@@ -117,3 +117,17 @@ def test_the_kernel_takes_the_fabric_ruleset_with_the_partition() -> None:
         if "Operation not permitted" in str(exc) or "cannot run ip" in str(exc):
             pytest.skip(f"no namespaces here: {exc}")
         raise
+
+
+def test_the_proof_refuses_without_a_partition_a_fabric_point_or_a_rendezvous() -> None:
+    from ringfence.enforce.partition_probe import ProveInputs, prove_partitions
+    from ringfence.targets.local import LocalExecutor
+
+    ex = LocalExecutor(name="x")
+    inp = ProveInputs(points={"worker-0": ex}, interfaces={}, rendezvous={}, gateways={}, steps=dict)
+    with pytest.raises(EnforceError, match="no job declares a partition"):
+        prove_partitions(partition_jobs(_with(None, None), PORTS) or [], inp, target="t")
+    with pytest.raises(EnforceError, match="no fabric point"):
+        prove_partitions(partition_jobs(PARTED, PORTS), inp, target="t")
+    with pytest.raises(EnforceError, match="no rendezvous port for job train-a, train-b"):
+        prove_partitions(partition_jobs(PARTED, PORTS), ProveInputs({FABRIC: ex}, {}, {}, {}, dict), target="t")

@@ -32,7 +32,7 @@ from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.partition_nft import DENIED_SET, PartitionJob
 from ringfence.enforce.probe import ProbeTarget, tcp_probes
 from ringfence.evidence import EvidenceStore, RecordKind
-from ringfence.targets.interface import Executor
+from ringfence.targets.interface import FABRIC_HOST, Executor
 
 FORMAT: Final = "ringfence-partitions/1"
 
@@ -188,7 +188,7 @@ def _mac(executor: Executor, iface: str) -> str:
 class ProveInputs:
     """What the target supplies: executors, each node's interface and fabric ports, each job's rendezvous."""
 
-    points: Mapping[str, Executor]  # "fabric" and every node
+    points: Mapping[str, Executor]  # the fabric point (FABRIC_HOST) and every node
     interfaces: Mapping[str, str]  # node → the interface it reaches the fabric by
     rendezvous: Mapping[str, tuple[str, int]]  # job → (rank node, port) a rank of the job listens on
     gateways: Mapping[str, str]  # node → its zone gateway's address on the fabric (the routed path)
@@ -197,7 +197,7 @@ class ProveInputs:
 
 def _job_probes(job: PartitionJob, others: Sequence[PartitionJob], addr: Mapping[str, str],
                 ports: Mapping[str, str], inp: ProveInputs, timeout: float) -> list[PartitionProbe]:
-    fabric = inp.points["fabric"]
+    fabric = inp.points[FABRIC_HOST]
     target, rport = inp.rendezvous[job.name]
     out: list[PartitionProbe] = []
     peers = [m for m in job.members if m != target]
@@ -252,9 +252,10 @@ def prove_partitions(jobs: Sequence[PartitionJob], inp: ProveInputs, *, target: 
     if not parted:
         raise EnforceError("no job declares a partition: nothing to prove (policy jobs[].partition)")
     missing = [j.name for j in parted if j.name not in inp.rendezvous]
-    if missing or "fabric" not in inp.points:
-        raise EnforceError(f"cannot probe partitions: {'no fabric point' if 'fabric' not in inp.points else ''}"
-                           f"{'no rendezvous port for job ' + ', '.join(missing) if missing else ''}")
+    if FABRIC_HOST not in inp.points:
+        raise EnforceError("cannot probe partitions: the target has no fabric point (where the partition's record is)")
+    if missing:
+        raise EnforceError(f"cannot probe partitions: no rendezvous port for job {', '.join(missing)}")
     addr = {m: a for j in jobs for m, a in zip(j.members, j.addresses, strict=False)}
     ports = {m: p for j in jobs for m, p in zip(j.members, j.ports, strict=False)}
     before = dict(inp.steps())
