@@ -26,10 +26,12 @@ from ringfence.policy.model import DRILL_SCENARIOS
 
 
 def _variant(d: dict[str, Any]) -> None:
-    # every incident scenario must be drilled, and egress goes through a gateway on mgmt (so the requirements
-    # the policy asks for only then — drills, the gateway's records — are walked too)
+    # every incident scenario must be drilled, egress goes through a gateway on mgmt, and the job declares its
+    # partition (so the requirements the policy asks for only then — drills, the gateway's records, the
+    # partition's probes — are walked too)
     d["incident_drills"] = {"scenarios": list(DRILL_SCENARIOS)}
     with_gateway(d)
+    d["jobs"][0]["partition"] = {"vlan": 100}  # a partition per job, proven on the fabric (facts.partitions)
 
 
 POLICY = policy_variant(_variant)
@@ -132,6 +134,23 @@ DRILLS = tuple(DrillReport(
     Bystander("train-a", ("worker-0", "worker-1"), 20, 40, 1.5, 10.0), True, "aux at node and fabric", 0.4, 1.1,
     evidence=("ev-drill",)).to_json() for name in DRILL_SCENARIOS)
 
+# the job's partition on the fabric (issue 16): its ranks reach each other at L2 and L3 and keep stepping; aux
+# gets no ARP answer and no SYN answered, direct or routed, each drop found in the fabric's partition record
+PARTITIONS = {
+    "format": "ringfence-partitions/1", "target": "lab:rftest", "taken": TAKEN.isoformat(), "evidence": "ev-part",
+    "jobs": [{"job": "train-a", "partitioned": True, "members": ["worker-0", "worker-1"], "ports": ["p0", "p1"],
+              "steps_before": {"worker-0": 5, "worker-1": 5}, "steps_after": {"worker-0": 9, "worker-1": 9}}],
+    "probes": [{"layer": layer, "source": src, "source_job": job, "destination": "worker-0",
+                "destination_job": "train-a", "address": W0, "port": 0 if layer == "l2" else 29500,
+                "expected": expected, "outcome": outcome, "by_policy": by, "detail": ""}
+               for layer, src, job, expected, outcome, by in (
+                   ("l2", "worker-1", "train-a", "allow", "answered", None),
+                   ("l3", "worker-1", "train-a", "allow", "connected", None),
+                   ("l2", "aux", None, "deny", "silent", True),
+                   ("l3", "aux", None, "deny", "timeout", True),
+                   ("l3-routed", "aux", None, "deny", "timeout", True))],
+}
+
 _COMPLETE: list[Facts] = []
 
 
@@ -140,7 +159,7 @@ def complete() -> Facts:
     if not _COMPLETE:
         _COMPLETE.append(facts_for(POLICY, FLOWS, probes=PROBES, ruleset=RULESET, keys=KEYS, changes=CHANGES,
                                    containment=CONTAINMENT, attestation=ATTESTATION, traces=TRACES, drills=DRILLS,
-                                   gateway=GATEWAY_LOG))
+                                   gateway=GATEWAY_LOG, partitions=PARTITIONS))
     return _COMPLETE[0]
 
 
@@ -197,7 +216,7 @@ BREAKS: dict[str, Callable[[Facts, str], Facts]] = {
     "undated": _undated,
     "from the future": lambda f, name: dataclasses.replace(f, taken={**f.taken, name: NOW + timedelta(days=2)}),
 }
-CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment", "drills", "gateway")
+CORRUPTIBLE = ("probes", "ruleset", "keys", "changes", "containment", "drills", "gateway", "partitions")
 
 CASES = [
     (cid, req.id, fact, how)

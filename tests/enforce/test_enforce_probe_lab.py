@@ -8,19 +8,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ringfence.cli import main
 from ringfence.controls import admin_paths, training_traffic
 from ringfence.controls.interface import Facts, Verdict
+from ringfence.controls.requirements import enforce_requirements
 from ringfence.enforce.apply import FABRIC, apply_policy, rollback
 from ringfence.enforce.facts import load_change_facts, load_probe_facts, load_ruleset_facts
+from ringfence.enforce.partition_probe import arp_probe
 from ringfence.enforce.probe_matrix import ProbePlan, ProbeSpec, behaviour_failed, probe_policy, run_probes
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
+from ringfence.facts.partitions import load as load_partition_facts
 from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
-from ringfence.lab.points import lab_inventory, lab_points
-from ringfence.policy import Policy, parse_policy
+from ringfence.lab.points import lab_fabric_ports, lab_inventory, lab_points
+from ringfence.policy import Policy, load_policy, parse_policy
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -138,3 +142,65 @@ def test_assess_judges_both_sides_with_the_probe_facts(
     assert by["change_control"]["verdict"] in ("pass", "unknown")
     # Plaintext is still on the wire (no encryption layer in this lab): the encryption control fails.
     assert by["encryption_keys"]["verdict"] == "fail" and code == 1
+
+
+def _partitioned(lab: Lab, path: Path) -> Policy:
+    """The lab's policy with a partition declared for each job (what apply installs on the bridge fabric), also
+    written to ``path`` for the CLI."""
+    doc = yaml.safe_load(lab.policy_yaml())
+    for i, job in enumerate(doc["jobs"]):
+        job["partition"] = {"vlan": 100 + i}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load_policy(path)
+
+
+def test_a_partition_per_job_holds_at_l2_and_l3_both_ways(
+    enforced: tuple[Lab, Policy, EvidenceStore], tmp_path: Path
+) -> None:
+    """apply installs a partition per job (bridge ports); the proof shows each job's ranks reach each other and
+    train while the other job's rank gets neither an ARP answer nor a SYN answered (direct or routed), dropped by
+    the partition; the control passes on those facts; and without the partition the same ARP is answered."""
+    lab, policy, store = enforced
+    parted = _partitioned(lab, tmp_path / "partitioned.yaml")
+    target = f"lab:{lab.name}"
+    version = apply_policy(parted, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
+                           approved_by="cab@lab", ticket="CHG-2", fabric_ports=lab_fabric_ports(lab))
+    restored = False
+    try:
+        record = store.get(version.evidence).data
+        assert record["partition"] == {"installed": True, "jobs": ["train-a", "train-b"]}
+        out = tmp_path / "partitions.json"
+        assert main(["partition", "prove", str(tmp_path / "partitioned.yaml"), "--name", lab.name, "-o", str(out),
+                     "--timeout", "1", "--evidence", str(store.path)]) == 0
+        doc = json.loads(out.read_text())
+        assert store.get(doc["evidence"]).data["probes"] == doc["probes"]  # recorded in the evidence store
+        by = {(p["layer"], p["source"], p["destination"], p["expected"]): p for p in doc["probes"]}
+        for src, dst in (("worker-1", "worker-0"), ("worker-3", "worker-2")):  # each job inside its partition
+            assert by[("l2", src, dst, "allow")]["outcome"] == "answered", by[("l2", src, dst, "allow")]
+            assert by[("l3", src, dst, "allow")]["outcome"] == "connected", by[("l3", src, dst, "allow")]
+        for src, dst in (("worker-2", "worker-0"), ("worker-0", "worker-2")):  # across jobs: dropped by the fabric
+            for layer in ("l2", "l3", "l3-routed"):  # ARP; raw SYN to the member's MAC; raw SYN via the gateway
+                p = by[(layer, src, dst, "deny")]
+                assert p["outcome"] in ("silent", "timeout") and p["by_policy"] is True, p
+        for j in doc["jobs"]:  # every rank stepped over the probe window
+            assert all(j["steps_after"][m] > j["steps_before"][m] for m in j["members"]), j
+        loaded = load_partition_facts(out)
+        assert loaded.taken is not None
+        facts = Facts(partitions=loaded.value, taken={"partitions": loaded.taken})
+        found = enforce_requirements(training_traffic.meta, parted, facts,
+                                     training_traffic.job_partitions(parted, facts))
+        assert {(f.requirement, f.verdict) for f in found if f.requirement.startswith("job-partition")} == {
+            ("job-partition-permitted", Verdict.PASS), ("job-partition-denied", Verdict.PASS)}, found
+        # without the partition the other job's rank resolves job A's rank again: the probe that proved the
+        # drop now gets its answer, so the same proof cannot pass on a fabric that does not partition
+        apply_policy(policy, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
+                     approved_by="cab@lab", ticket="CHG-3", fabric_ports=lab_fabric_ports(lab))
+        restored = True
+        w2 = lab.executor("worker-2")
+        outcome, _ = arp_probe(w2, lab.topology.interface("worker-2"), lab.topology.address("worker-0"),
+                               "02:00:5e:10:00:01", timeout=1.0)
+        assert outcome == "answered"
+    finally:
+        if not restored:
+            apply_policy(policy, lab_points(lab), store, target=target, inventory=lab_inventory(lab),
+                         approved_by="cab@lab", ticket="CHG-4")

@@ -42,6 +42,7 @@ VERBS: dict[str, str] = {
     "rdma": "ringfence.cli.rdma_cmd",
     "trace": "ringfence.cli.trace_cmd",
     "recommend": "ringfence.cli.recommend_cmd",
+    "partition": "ringfence.cli.partition_cmd",
 }
 
 

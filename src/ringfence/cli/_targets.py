@@ -79,4 +79,14 @@ def points_for(args: argparse.Namespace, *, precheck: bool = True
     raise InputError("--target", f"unknown target {args.target!r}", hint="lab or ssh (with --hosts)")
 
 
-__all__ = ["TARGETS", "add_target_arguments", "points_for", "site_for"]
+def fabric_ports_for(args: argparse.Namespace) -> dict[str, tuple[str, ...]] | None:
+    """Node → its bridge ports on the fabric point, where the target knows them (the lab); None otherwise."""
+    if args.target != "lab":
+        return None  # an SSH inventory names no switch ports: the switch's partitions are rendered for it
+    from ringfence.lab import Lab
+    from ringfence.lab.points import lab_fabric_ports
+
+    return lab_fabric_ports(Lab.attach(args.name))
+
+
+__all__ = ["TARGETS", "add_target_arguments", "fabric_ports_for", "points_for", "site_for"]

@@ -15,7 +15,7 @@ def _apply(args: argparse.Namespace) -> int:
     from ringfence.change.decide import Refused
     from ringfence.change.live import record_live
     from ringfence.cli._apply_gate import change_gate
-    from ringfence.cli._targets import points_for
+    from ringfence.cli._targets import fabric_ports_for, points_for
     from ringfence.enforce.apply import apply_policy, rollback
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
@@ -37,7 +37,7 @@ def _apply(args: argparse.Namespace) -> int:
         approved_by = change.get("approved_by", args.approved_by) if change else args.approved_by
         version = apply_policy(policy, points, store, target=target, audit=args.audit, inventory=inventory,
                                approved_by=approved_by, ticket=(change or {}).get("ticket", args.ticket),
-                               change=change)
+                               change=change, fabric_ports=fabric_ports_for(args))
     live = record_live(store, points, version)  # the live ruleset's hash: drift's baseline
     print(f"{target}: {'rolled back to' if args.rollback else 'applied'} version {version.version[:16]} "
           f"(evidence {version.evidence}, live ruleset {live})", file=sys.stderr)

@@ -21,7 +21,7 @@ from ringfence.errors import InputError
 #: CLI option (dest) → Facts field, for the facts files other verbs write.
 FACT_OPTIONS = {"probes": "probes", "ruleset": "ruleset", "changes": "changes", "containment": "containment",
                 "keys": "keys", "bench": "bench", "attestation": "attestation", "traces": "traces",
-                "drills": "drills", "gateway_logs": "gateway"}
+                "drills": "drills", "gateway_logs": "gateway", "partitions": "partitions"}
 
 
 def _paths(args: argparse.Namespace, dest: str) -> list[str]:
@@ -97,6 +97,8 @@ def register(sub: Any) -> None:
     p.add_argument("--gateway-log", dest="gateway_logs", action="append", metavar="FILE",
                    help="the egress gateway's access log (tinyproxy), when the policy routes egress through one")
     p.add_argument("--keys", metavar="FILE", help="key-management results from `ringfence verify keys -o`")
+    p.add_argument("--partitions", metavar="FILE",
+                   help="job partitions probed both ways on the fabric, from `ringfence partition prove -o`")
     p.add_argument("--attestation", metavar="FILE",
                    help="node attestation verdicts and fabric probes from `ringfence attest verify --probe -o`")
     p.add_argument("--bench", action="append", metavar="FILE",

@@ -31,6 +31,10 @@ GATHER: Mapping[str, str] = {
     "probes": (
         "no probe results: run `ringfence probe POLICY --target lab -o probes.json` and pass `--probes probes.json`"
     ),
+    "partitions": (
+        "no job-partition facts: run `ringfence partition prove POLICY --target lab -o partitions.json` and pass "
+        "`--partitions partitions.json`"
+    ),
     "attestation": (
         "no node-attestation facts: run `ringfence attest verify --target lab --probe --drill NODE -o attest.json` "
         "and pass `--attestation attest.json`"

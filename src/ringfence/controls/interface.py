@@ -117,6 +117,7 @@ class Facts:
     traces: Sequence[Mapping[str, Any]] | None = None  # reconstructed flows (ringfence trace)
     drills: Sequence[Mapping[str, Any]] | None = None  # played incident drills (ringfence drill run), one per report
     gateway: Sequence[Mapping[str, Any]] | None = None  # the egress gateway's decisions (its access log)
+    partitions: Mapping[str, Any] | None = None  # job partitions probed both ways on the fabric (ringfence partition)
     # When each fact was gathered (Facts field name → aware time). A fact without a time has an unknown
     # age, so no requirement it feeds can pass: freshness is part of the proof.
     taken: Mapping[str, datetime] = field(default_factory=dict)

@@ -7,7 +7,12 @@ from typing import Any
 
 from ringfence.controls._common import who
 from ringfence.controls._drills import drill_failures
-from ringfence.controls._fabric import partition_findings, rdma_findings
+from ringfence.controls._fabric import (
+    PARTITION_REQUIREMENTS,
+    job_partition_findings,
+    partition_findings,
+    rdma_findings,
+)
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding
 from ringfence.policy import Policy
@@ -19,7 +24,7 @@ meta = ControlMeta(
     "job's collective ports; no cross-job or outsider traffic reaches ranks.",
     acceptance="Permitted: ranks of a job exchange gradients (all-reduce completes). Denied: a "
     "non-member or another job's rank connecting to a rank's collective port times out or is reset by policy.",
-    facts=("flows", "probes", "drills"),
+    facts=("flows", "probes", "drills", "partitions"),
     remediation={
         "nftables": "on each rank: accept the collective port range only from the job's member address set",
         "networkpolicy": "ingress to rank pods only from pods of the same job (job label selector)",
@@ -30,7 +35,7 @@ meta = ControlMeta(
         'ranks of a job exchange gradients on its collective ports',
         "a non-member or another job's rank connecting to a collective port times out or is reset by policy",
         "a job's collective ports",
-    ),
+    ) + PARTITION_REQUIREMENTS,
 )
 
 
@@ -47,6 +52,13 @@ def _message(row: Mapping[str, Any]) -> str:
 
 def evaluate(policy: Policy, facts: Facts) -> list[Finding]:
     """Cross-job and outsider traffic on collective ports fails; approved collectives pass; a job's collective
-    flows outside its declared partition, and RDMA key-hygiene findings of the captures, fail."""
+    flows outside its declared partition, and RDMA key-hygiene findings of the captures, fail; a declared partition
+    passes only when probed both ways on the fabric (``facts.partitions``)."""
     found = judge_paths(meta, policy, facts, "job collective ports", _message)
-    return found + partition_findings(meta, policy, facts) + rdma_findings(meta, facts) + drill_failures(meta, facts)
+    return (found + partition_findings(meta, policy, facts) + job_partition_findings(meta, policy, facts)
+            + rdma_findings(meta, facts) + drill_failures(meta, facts))
+
+
+def job_partitions(policy: Policy, facts: Facts) -> list[Finding]:
+    """The job-partition findings alone (both sides per declared partition), as ``ringfence partition`` prints them."""
+    return job_partition_findings(meta, policy, facts)

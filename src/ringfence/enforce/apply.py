@@ -31,6 +31,7 @@ from ringfence.enforce.nftrun import (
     prime_conntrack,
     unprime_conntrack,
 )
+from ringfence.enforce.partition_nft import partition_jobs, render_partition
 from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy, policy_digest
@@ -73,13 +74,31 @@ def live_containment(fabric: Executor) -> tuple[tuple[str, ...], tuple[str, ...]
 
 
 def render_bundle(policy: Policy, scopes: Sequence[str], options: RenderOptions,
-                  matrix: Matrix | None = None) -> Bundle:
-    """Every scope's ruleset: ``fabric`` plus each node named in ``scopes``."""
+                  matrix: Matrix | None = None, fabric_ports: Mapping[str, Sequence[str]] | None = None) -> Bundle:
+    """Every scope's ruleset: ``fabric`` plus each node named in ``scopes``.
+
+    ``fabric_ports`` (node → its bridge ports on the fabric, where the target knows them): the fabric's ruleset
+    also carries a partition per job that declares ``jobs[].partition`` (:mod:`.partition_nft`).
+    """
     m = matrix or resolve(policy)
     bundle: Bundle = {}
     for scope in scopes:
         bundle[scope] = render_fabric(m, options) if scope == FABRIC else render_node(m, scope, options)
+    if FABRIC in bundle and fabric_ports is not None:
+        bundle[FABRIC]["nftables"] += render_partition(partition_jobs(policy, fabric_ports))
     return bundle
+
+
+def partition_record(policy: Policy, fabric_ports: Mapping[str, Sequence[str]] | None) -> dict[str, Any] | None:
+    """What an apply says about the jobs' partitions: installed (which jobs), or why not; None if none declared."""
+    declared = sorted(j.name for j in policy.jobs if j.partition is not None)
+    if not declared:
+        return None
+    if fabric_ports is None:
+        return {"installed": False, "jobs": declared,
+                "why": "the target names no bridge ports of its fabric: the switch's partitions come from the "
+                       "PKEY/VLAN renderers (ringfence.enforce.partitions: OpenSM, SONiC, NVUE)"}
+    return {"installed": True, "jobs": declared}
 
 
 def _history(store: EvidenceStore, target: str) -> list[dict[str, Any]]:
@@ -162,8 +181,12 @@ def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: 
 def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
                  audit: bool = False, inventory: Mapping[str, Sequence[str]] | None = None,
                  collectors: tuple[str, ...] = (), approved_by: str | None = None,
-                 ticket: str | None = None, change: Mapping[str, Any] | None = None) -> AppliedVersion:
+                 ticket: str | None = None, change: Mapping[str, Any] | None = None,
+                 fabric_ports: Mapping[str, Sequence[str]] | None = None) -> AppliedVersion:
     """Check, render, commit and record ``policy`` on every scope in ``executors`` (``fabric`` + nodes).
+
+    ``fabric_ports``: node → its bridge ports on the fabric point, where the target knows them (the lab): the
+    jobs that declare ``jobs[].partition`` get their partition on the fabric too; the record says whether.
 
     ``approved_by`` and ``ticket`` are recorded with the version: change control judges a change
     without an approver as a failure. ``change``: what change control vouched for (the approved
@@ -177,14 +200,15 @@ def apply_policy(policy: Policy, executors: Mapping[str, Executor], store: Evide
     contained, live_collectors = live_containment(executors[FABRIC])
     options = RenderOptions(audit=audit, contained=contained, collectors=live_collectors or collectors,
                             timed=timed_paths(policy))
-    bundle = render_bundle(policy, [FABRIC, *enforced_nodes(matrix)], options, matrix)
+    bundle = render_bundle(policy, [FABRIC, *enforced_nodes(matrix)], options, matrix, fabric_ports)
     history = _history(store, target)
     previous = history[-1] if history else None
     prev_bundle = _bundle_from_store(store, previous["bundle"]) if previous and previous.get("bundle") else None
     _commit({s: executors[s] for s in bundle}, bundle, prev_bundle)
     return _record(store, target, bundle, previous, "apply", audit,
                    {"policy_cluster": policy.cluster, "flows": len(matrix.flows), "approved_by": approved_by,
-                    "ticket": ticket, "policy_sha256": policy_digest(policy), **(change or {})})
+                    "ticket": ticket, "policy_sha256": policy_digest(policy), **(change or {}),
+                    **({"partition": part} if (part := partition_record(policy, fabric_ports)) else {})})
 
 
 def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target: str,
@@ -235,6 +259,7 @@ __all__ = [
     "bundle_hash",
     "live_containment",
     "live_rulesets",
+    "partition_record",
     "render_bundle",
     "rollback",
 ]

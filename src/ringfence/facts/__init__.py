@@ -10,7 +10,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from ringfence.facts import attestation, bench, changes, containment, drills, gateway, keys, probes, ruleset, traces
+from ringfence.facts import (
+    attestation,
+    bench,
+    changes,
+    containment,
+    drills,
+    gateway,
+    keys,
+    partitions,
+    probes,
+    ruleset,
+    traces,
+)
 from ringfence.facts.interface import MAX_DEPTH, FactsFileError, Loaded
 
 #: Facts field → loader of one or more files of that kind.
@@ -25,6 +37,7 @@ LOADERS: Final[dict[str, Callable[..., Loaded]]] = {
     "traces": traces.load,
     "drills": drills.load,
     "gateway": gateway.load,
+    "partitions": partitions.load,
 }
 
 
