@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_transport.py                     # loopback, 2 and 4 ranks (no wireguard-go)
     .venv/bin/python benchmarks/bench_transport.py --target lab --up   # one rank per lab worker namespace
+    .venv/bin/python benchmarks/bench_transport.py --target lab --up --load --worlds 2 --sizes 4M,64M --no-wireguard
+                                                   # …with the lab's training job running, load per repeat
 
 Arms are interleaved (gloo, ringfence, wireguard-go, gloo, …) so that a noisy neighbour hits all alike;
 each cell is the median over ``--repeats`` runs of that run's figure (busbw from the mean iteration
@@ -98,14 +100,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wg-sizes", default="4M,64M", help="sizes of the wireguard-go arm (those also in --sizes)")
     p.add_argument("--wg-iters", type=int, default=3, help="iterations of the wireguard-go arm")
     p.add_argument("--wg-warmup", type=int, default=1, help="warm-up iterations of the wireguard-go arm")
+    p.add_argument("--load", action="store_true",
+                   help="lab only: the lab's training job runs during the run (--up starts it; an attached lab "
+                        "must have it running); load average and the job's liveness recorded per repeat")
     args = p.parse_args(argv)
+    if args.load and args.target != "lab":
+        p.error("--load needs --target lab (the load is the lab's own training job)")
     if args.target == "local":
         return _measure(args, None)
     from ringfence.lab import Lab
 
     if not args.up:
         return _measure(args, Lab.attach(args.lab))
-    lab = Lab.up(workers=max(int(w) for w in args.worlds.split(",")), jobs=1, traffic=False)
+    lab = Lab.up(workers=max(int(w) for w in args.worlds.split(",")), jobs=1, traffic=args.load)
     try:
         return _measure(args, lab)
     finally:
@@ -134,6 +141,9 @@ def _measure(args: argparse.Namespace, lab: Lab | None) -> int:
     worlds = [int(w) for w in args.worlds.split(",")]
     rows: dict[tuple[int, str, int], list[tuple[float, float]]] = {}
     tunnel: dict[int, list[tuple[int, int]]] = {}
+    loads: dict[tuple[int, int], tuple[float, float]] = {}  # (world, repeat) → load average before, after
+    if args.load and lab is not None and not lab.workers_alive():
+        raise SystemExit(f"--load: the training job of lab {lab.name} is not running (bring the lab up with traffic)")
     with tempfile.TemporaryDirectory(prefix="rf-bench-pki-") as tmp:
         rank_dir = _pki(max(worlds), Path(tmp))
         env = {"RINGFENCE_TRANSPORT_DIR": rank_dir, "OMP_NUM_THREADS": "1"}
@@ -142,6 +152,7 @@ def _measure(args: argparse.Namespace, lab: Lab | None) -> int:
         for world in worlds:
             ranks = _ranks(lab.name if lab is not None else None, world)
             for rep in range(args.repeats):
+                before = os.getloadavg()[0]
                 for arm in arms:
                     wg = arm == "wireguard"
                     spec = BenchSpec(
@@ -161,8 +172,47 @@ def _measure(args: argparse.Namespace, lab: Lab | None) -> int:
                         rows.setdefault((world, arm, res.size), []).append((res.busbw, res.p50_us or 0.0))
                     print(f"world {world} repeat {rep + 1}/{args.repeats} {arm}: done in {time.monotonic() - t0:.0f} s",
                           file=sys.stderr)  # fmt: skip
+                loads[(world, rep)] = (before, os.getloadavg()[0])
+                if args.load and lab is not None and not lab.workers_alive():
+                    # a repeat without the load it claims to measure under would be mislabelled
+                    raise SystemExit(f"--load: the training job of lab {lab.name} stopped during repeat {rep + 1}")
     _print_table(args, lab, worlds, sizes, wg_sizes if use_wg else (), rows, tunnel)
+    _print_repeats(worlds, sizes, args.repeats, rows, loads)
     return 0
+
+
+def _print_repeats(
+    worlds: list[int],
+    sizes: tuple[int, ...],
+    repeats: int,
+    rows: dict[tuple[int, str, int], list[tuple[float, float]]],
+    loads: dict[tuple[int, int], tuple[float, float]],
+) -> None:
+    """Per repeat: ringfence / gloo of that repeat (the two arms ran back to back) and the load around it."""
+    print("\nPer repeat (ringfence / gloo; busbw ratio ≥ 1 MiB, latency ratio below; 1-minute load average "
+          "before → after the repeat):\n")  # fmt: skip
+    print("| ranks | repeat | " + " | ".join(_fmt_size(s) for s in sizes) + " | load |")
+    print("|---:|---:|" + "---:|" * len(sizes) + "---|")
+    for world in worlds:
+        for rep in range(repeats):
+            cells = []
+            for size in sizes:
+                g, r = rows[(world, "gloo", size)][rep], rows[(world, "ringfence", size)][rep]
+                if size <= LATENCY_MAX:
+                    cells.append(f"{r[1] / g[1]:.2f}×" if g[1] else "—")
+                else:
+                    cells.append(f"{100 * r[0] / g[0]:.0f} %" if g[0] else "—")
+            a, b = loads[(world, rep)]
+            print(f"| {world} | {rep + 1} | " + " | ".join(cells) + f" | {a:.1f} → {b:.1f} |")
+    for world in worlds:
+        for size in sizes:
+            if size > LATENCY_MAX:
+                ratios = [rows[(world, "ringfence", size)][k][0] / rows[(world, "gloo", size)][k][0]
+                          for k in range(repeats) if rows[(world, "gloo", size)][k][0]]  # fmt: skip
+                lo, mid, hi = min(ratios), statistics.median(ratios), max(ratios)
+                print(f"\n{world} ranks {_fmt_size(size)}: median of per-repeat ratios {100 * mid:.0f} %, "
+                      f"range {100 * lo:.0f}–{100 * hi:.0f} %", end="")  # fmt: skip
+    print()
 
 
 def _print_table(

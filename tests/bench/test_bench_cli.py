@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ringfence.bench.driver import BenchSpec
 from ringfence.bench.run import load_run
 from ringfence.cli import main
 
@@ -84,3 +85,61 @@ def test_launcher_flags_are_checked_before_anything_starts(tmp_path: Path, capsy
     assert main(["bench", "allreduce", "--target", "ssh", "--hosts", str(hosts), "--nodes", "a,b",
                  "--launcher", "srun"]) == 2
     assert "has no host 'mgmt' to run srun on (it has: a, b)" in capsys.readouterr().err
+
+
+class _FakeLab:
+    """What ``bench allreduce --target lab`` asks of a lab, without namespaces."""
+
+    name = "rfzz00"
+
+    def site(self) -> object:
+        return object()
+
+    def policy(self) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(cluster="labzz")
+
+
+def _lab_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, backend: str) -> BenchSpec:
+    """``bench allreduce --target lab --backend BACKEND`` up to the driver; the spec it was handed."""
+    from ringfence.bench import driver, placement
+    from ringfence.errors import RingfenceError
+    from ringfence.lab import Lab
+    from ringfence.secure.layers import tls_run
+
+    seen: list[BenchSpec] = []
+
+    def fake_run(ranks: object, spec: BenchSpec, **_: object) -> None:
+        seen.append(spec)
+        raise RingfenceError("stopped before any rank starts")
+
+    monkeypatch.setattr(Lab, "attach", staticmethod(lambda name=None: _FakeLab()))
+    monkeypatch.setattr(placement, "site_ranks", lambda site, nodes, ifaces: placement.local_ranks(nodes))
+    monkeypatch.setattr(tls_run, "pki_dir", lambda site, store=None: tmp_path / site / "pki")
+    monkeypatch.setattr(driver, "run_allreduce", fake_run)
+    assert main(["bench", "allreduce", "--target", "lab", "--nodes", "worker-0,worker-1", "--backend", backend,
+                 "--sizes", "1M"]) == 2
+    return seen[0]
+
+
+def test_lab_ringfence_run_issues_rank_certificates_from_the_labs_ca(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ringfence.secure.transport import config_from_env
+    from ringfence.secure.transport.handshake import load_credentials
+
+    monkeypatch.delenv("RINGFENCE_TRANSPORT_DIR", raising=False)
+    monkeypatch.delenv("RINGFENCE_TRANSPORT_CERT", raising=False)
+    spec = _lab_run(monkeypatch, tmp_path, "ringfence")
+    assert spec.env["RINGFENCE_TRANSPORT_DIR"].startswith(str(tmp_path / "rfzz00" / "pki" / "nodes"))
+    for rank in (0, 1):
+        creds = load_credentials(config_from_env(dict(spec.env), rank=rank), rank)
+        assert creds.identity == f"spiffe://labzz/job/bench/rank/{rank}"
+    assert _lab_run(monkeypatch, tmp_path, "gloo").env == {}  # gloo needs none
+
+
+def test_lab_ringfence_run_keeps_the_callers_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RINGFENCE_TRANSPORT_DIR", "/somewhere/job-x-rank-{rank}")
+    assert _lab_run(monkeypatch, tmp_path, "ringfence").env == {}
+    assert not (tmp_path / "rfzz00").exists()

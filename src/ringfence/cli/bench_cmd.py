@@ -16,7 +16,11 @@ if TYPE_CHECKING:
     from ringfence.bench.driver import Progress
     from ringfence.bench.launchers import Launcher
     from ringfence.bench.run import BenchRun
+    from ringfence.lab import Lab
     from ringfence.targets.interface import Site
+
+#: the job the benchmark's ranks are issued transport certificates for (spiffe://<cluster>/job/bench/rank/<r>)
+BENCH_JOB = "bench"
 
 
 def _progress_printer() -> Any:
@@ -90,6 +94,7 @@ def _allreduce(args: argparse.Namespace) -> int:
         raise InputError("--sizes", str(exc)) from exc
     ifaces = split_interfaces(args.iface, nodes)
     site: Site | None = None
+    env: dict[str, str] = {}
     if args.target == "local":
         ranks = local_ranks(nodes, ifaces)
     elif args.target == "ssh":
@@ -103,12 +108,15 @@ def _allreduce(args: argparse.Namespace) -> int:
     else:
         from ringfence.lab import Lab
 
-        site = Lab.attach(args.lab).site()
+        lab = Lab.attach(args.lab)
+        site = lab.site()
         ranks = site_ranks(site, nodes, ifaces)
+        if args.backend == "ringfence":
+            env = _lab_transport_env(lab, len(nodes), args.timeout)
     launcher = _launcher(args, site)
     spec = BenchSpec(sizes=sizes, dtype=args.dtype, backend=args.backend, warmup=args.warmup, iterations=args.iters,
                      repeats=args.repeats, layer=args.layer, device=args.device, plugins=tuple(args.plugin),
-                     timeout_s=args.timeout)
+                     timeout_s=args.timeout, env=env)
     print(f"all-reduce {args.backend}/{args.layer} on {','.join(nodes)} ({launcher.name}): {len(sizes)} sizes "
           f"{human_size(sizes[0])}..{human_size(sizes[-1])}, {args.repeats} repeat(s)", file=sys.stderr)
     run = run_allreduce(ranks, spec, launcher=launcher, progress=_progress_printer())
@@ -119,6 +127,28 @@ def _allreduce(args: argparse.Namespace) -> int:
     print(_table(run), file=sys.stderr)
     _emit_run(run, args.output)
     return 1 if run.wrong_total() else 0
+
+
+def _lab_transport_env(lab: Lab, world: int, timeout: float) -> dict[str, str]:
+    """The ranks' transport credentials, issued from the lab's cluster PKI unless the caller gave some.
+
+    The CA is the one the lab's TLS and IPsec layers use (created for the lab policy's cluster when
+    none exists yet); every run gets fresh rank keys, valid for the run's timeout and an hour more.
+    """
+    import os
+    from datetime import timedelta
+
+    from ringfence.secure.layers.tls_run import pki_dir
+    from ringfence.secure.transport.provision import provisioned, rank_credentials
+
+    if provisioned(dict(os.environ)):
+        return {}
+    pdir = pki_dir(lab.name)
+    env = rank_credentials(pdir, lab.policy().cluster, BENCH_JOB, world,
+                           lifetime=timedelta(seconds=timeout) + timedelta(hours=1))
+    print(f"issued transport certificates for {BENCH_JOB} ranks 0..{world - 1} from the lab's CA in {pdir / 'ca'}",
+          file=sys.stderr)
+    return env
 
 
 def _import(args: argparse.Namespace) -> int:
