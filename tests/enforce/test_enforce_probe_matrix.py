@@ -189,3 +189,16 @@ def test_a_denied_set_read_that_times_out_is_unknown_not_an_error_or_empty() -> 
 
     # left out (what a probe judged against it cannot use), never read as an empty set, never a crash
     assert denied_counters({"worker-0": _Slow()}) == {}
+
+
+def test_a_range_service_is_probed_where_it_listens() -> None:
+    # srun binds a random port of its SrunPortRange: the plan probes that one, not the range's first
+    policy = parse_policy(render_policy(build_topology("rfunit"), slurm=True), "slurm")
+    listening = {**LISTENING, "worker-0": frozenset({29500, 41000, 818, 61007}), "worker-1": frozenset({818}),
+                 "mgmt": frozenset({8000, 22, 6817})}
+    plan = plan_probes(policy, listening)
+    srun = {(p.expected, p.source, p.port) for p in plan.probes if p.destination == "worker-0" and p.port > 60999}
+    assert ("allow", "worker-1", 61007) in srun and ("allow", "mgmt", 61007) in srun
+    assert ("deny", "aux", 61007) in srun and all(port == 61007 for *_, port in srun)
+    quiet = plan_probes(policy, {**listening, "worker-0": frozenset({29500, 818})})  # no srun: the range's first
+    assert {p.port for p in quiet.probes if p.destination == "worker-0" and p.port > 60999} == {61000}

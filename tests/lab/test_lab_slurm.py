@@ -143,9 +143,11 @@ def _naming(directory: str) -> list[str]:
     return out
 
 
-def test_lab_down_leaves_no_slurm_process_behind() -> None:
-    # the batch script's srun outlived every Slurm lab once: orphaned when its step daemon went, waiting on
-    # a stopped controller, ignoring SIGTERM — nothing of a lab may run once `lab down` returns
+def test_under_its_policy_slurm_runs_jobs_lateral_rpcs_are_dropped_and_lab_down_leaves_nothing() -> None:
+    """One enforced Slurm lab (its policy approves the scheduler's own paths, class management): a job
+    submitted after ``apply`` is scheduled, its ranks start and train; aux's RPCs to a slurmd and to slurmctld
+    are dropped by the policy (timeout, and the drop counter of exactly that probe moved). Then a policy
+    without Slurm's paths cuts srun off its controller, and ``lab down`` must still leave nothing behind."""
     from ringfence.errors import EnvironmentProblem
     from ringfence.lab.netns import require_privileges
 
@@ -157,13 +159,48 @@ def test_lab_down_leaves_no_slurm_process_behind() -> None:
     directory = f"{lab.paths.directory}/"
     try:
         assert any("srun" in p for p in _naming(directory))  # the job really runs under srun
-        # enforced, the lab's policy (which does not yet declare Slurm's own paths) cuts srun off its
-        # controller: the case in which it was left behind
-        from ringfence.enforce.apply import apply_policy
+        from ringfence.enforce.apply import FABRIC, apply_policy
+        from ringfence.enforce.probe import denied_packets, tcp_probe
         from ringfence.evidence import EvidenceStore
+        from ringfence.lab import slurm as sched
         from ringfence.lab.points import lab_inventory, lab_points
+        from ringfence.lab.policy_text import render_policy
+        from ringfence.policy import parse_policy
 
-        apply_policy(lab.policy(), lab_points(lab), EvidenceStore.open(lab.paths.directory / "evidence"),
+        points, store = lab_points(lab), EvidenceStore.open(lab.paths.directory / "evidence")
+        policy = lab.policy()
+        assert {s.name for s in policy.services if s.application == "slurm"} >= {"slurmctld", "worker-0-slurmd"}
+        apply_policy(policy, points, store, target=f"lab:{lab.name}", inventory=lab_inventory(lab))
+        t0 = time.monotonic()
+        # permitted: the training job submitted again under the policy (sbatch → slurmctld → slurmd, srun →
+        # every member's slurmd, slurmstepd → srun) starts its ranks, and the new ranks train
+        (job,) = lab.topology.jobs
+        lab.stop_traffic()
+        for m in job.members:
+            (lab.paths.status_dir / f"{m}-worker.json").unlink(missing_ok=True)
+        lab.start_traffic(wait=False)
+        ranks = {m: lab.agent_status().get(f"{m}-worker", {}) for m in job.members}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                int(r.get("counters", {}).get("steps", 0)) >= 2 for r in ranks.values()):
+            time.sleep(0.3)
+            ranks = {m: lab.agent_status().get(f"{m}-worker", {}) for m in job.members}
+        assert all(int(r.get("counters", {}).get("steps", 0)) >= 2 for r in ranks.values()), ranks
+        running = [s for s in squeue_spans(lab.site().host("mgmt")) if s.name == job.name and s.end is None]
+        assert len(running) == 1 and running[0].nodes == tuple(sorted(job.members)), running
+        took = time.monotonic() - t0
+        # denied: a Slurm RPC from a node the policy does not approve (aux, the workload zone's telemetry pod)
+        w0, mgmt = lab.topology.address("worker-0"), lab.topology.address("mgmt")
+        assert tcp_probe(points["mgmt"], w0, sched.SLURMD_PORT).outcome == "connected"
+        for dst, port, dnode in ((w0, sched.SLURMD_PORT, "worker-0"), (mgmt, sched.CTLD_PORT, "mgmt")):
+            p = tcp_probe(points["aux"], dst, port, timeout=1.5)
+            assert p.outcome == "timeout", (dst, port, p)
+            packets, where = denied_packets([points["aux"], points[FABRIC], points[dnode]],
+                                            lab.topology.address("aux"), dst, p.sport, port)
+            assert packets >= 1 and where[0].startswith("aux/"), (dst, port, where)
+        print(f"\njob resubmitted under the policy, ranks training: {took:.1f} s", file=sys.__stderr__, flush=True)
+        # without Slurm's paths the policy cuts srun off its controller: the case in which it was left behind
+        apply_policy(parse_policy(render_policy(lab.topology), "lab without Slurm paths"), points, store,
                      target=f"lab:{lab.name}", inventory=lab_inventory(lab))
     finally:
         lab.down()

@@ -39,7 +39,7 @@ from ringfence.enforce.nftrun import NftError
 from ringfence.enforce.probe import ProbeTarget, RawProbe, tcp_probes
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.marks import LOCAL_PROXY_BYPASS
-from ringfence.policy import Policy
+from ringfence.policy import Policy, Service
 from ringfence.targets.interface import Executor, TargetError
 
 SOURCE = "enforce.probe"  # = ringfence.enforce.facts.PROBE_SOURCE
@@ -205,6 +205,13 @@ def _collective_target(policy: Policy, job: str, listening: Mapping[str, frozens
     return None
 
 
+def _service_port(svc: Service, listening: frozenset[int]) -> int:
+    """The port to probe ``svc`` on: the lowest one of its range that listens (a range service, as srun's,
+    binds a port of its range at random), else the first of its range."""
+    lo, hi = svc.port_range
+    return min((p for p in listening if lo <= p <= hi), default=lo)
+
+
 def _allow_probes(policy: Policy, m: Matrix, f: ResolvedFlow, addrs: Mapping[str, str],
                   listening: Mapping[str, frozenset[int]], sources: Collection[str]) -> tuple[list[ProbeSpec], str]:
     if "tcp" not in f.protos:
@@ -222,7 +229,7 @@ def _allow_probes(policy: Policy, m: Matrix, f: ResolvedFlow, addrs: Mapping[str
         svc = next((s for s in policy.services if s.node == node and lo <= s.port_range[0] <= hi), None)
         ports = sorted(p for p in listening.get(node, frozenset()) if lo <= p <= hi)
         if svc is not None or ports:
-            dest = (node, svc.port_range[0] if svc is not None else ports[0])
+            dest = (node, _service_port(svc, listening.get(node, frozenset())) if svc is not None else ports[0])
     if dest is None:
         return [], f"flow {f.id}: no listening port of {f.destination.describe()} in {lo}-{hi} to probe"
     dnode, port = dest
@@ -260,7 +267,7 @@ def plan_probes(policy: Policy, listening: Mapping[str, frozenset[int]],
     for s in policy.services:
         if s.proto == "tcp":
             label = f"{'admin ' if s.admin else ''}service {s.name} ({s.traffic_class.value})"
-            targets.append((s.node, s.port_range[0], label))
+            targets.append((s.node, _service_port(s, listening.get(s.node, frozenset())), label))
     for j in policy.jobs:
         t = _collective_target(policy, j.name, listening)
         if t is None:

@@ -684,7 +684,8 @@ class Lab:
         """The as-found policy of this lab (shape of ``examples/lab-policy.yaml``)."""
         state = read_state(self.paths)
         return render_policy(self.topology, {p.node for p in state.processes if p.kind == "sshd"},
-                             egress_gateway=any(p.label == GATEWAY_LABEL for p in state.processes))
+                             egress_gateway=any(p.label == GATEWAY_LABEL for p in state.processes),
+                             slurm=state.scheduler)
 
     def status(self) -> LabStatus:
         """A snapshot: namespaces present, processes alive, ports listening."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from ringfence.lab.slurm import CTLD_PORT, SLURMD_PORT, SRUN_PORTS
 from ringfence.lab.topology import Topology
 
 _STANDARDS = (
@@ -51,7 +52,57 @@ GATEWAY_PORT = 8888
 GATEWAY_SERVICE = "egress-gateway"
 
 
-def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gateway: bool = False) -> str:
+#: the controller's service name (slurmctld on mgmt); each worker's slurmd is ``<worker>-slurmd``
+SLURMCTLD_SERVICE = "slurmctld"
+
+
+def slurmd_service(node: str) -> str:
+    """The service name of ``node``'s slurmd."""
+    return f"{node}-slurmd"
+
+
+def srun_service(node: str) -> str:
+    """The service name of the listening ports of an ``srun`` running on ``node``."""
+    return f"{node}-srun"
+
+
+def _slurm_services(topo: Topology) -> list[str]:
+    # srun runs where the batch step runs: the first node of each job's allocation (its first member)
+    pairs = [[("name", _q(SLURMCTLD_SERVICE)), ("node", _q("mgmt")), ("port", str(CTLD_PORT))]]
+    pairs += [[("name", _q(slurmd_service(w))), ("node", _q(w)), ("port", str(SLURMD_PORT))]
+              for w in topo.node_names() if w.startswith("worker-")]
+    pairs += [[("name", _q(srun_service(j.members[0]))), ("node", _q(j.members[0])), ("port", _q(SRUN_PORTS))]
+              for j in topo.jobs]
+    return [f"  - {_map([*p, ('class', _q('management')), ('application', _q('slurm'))])}" for p in pairs]
+
+
+def _slurm_flows(topo: Topology) -> list[str]:
+    """Exactly the paths the lab's Slurm uses, per job: listed before the jobs' collective flows, so a
+    connection to srun's ports between two ranks is attributed to the Slurm flow (first approved flow wins)."""
+    out: list[str] = []
+    for j in topo.jobs:
+        job = _map([("job", _q(j.name))])
+        srun = _map([("service", _q(srun_service(j.members[0])))])
+        flows = [
+            (f"{j.name}-slurm-ctld", '{node: "mgmt"}', job, f'proto: tcp, ports: "{SLURMD_PORT}", ',
+             "slurmctld pings the job's slurmd and launches its batch step"),
+            (f"{j.name}-slurm-launch", job, job, f'proto: tcp, ports: "{SLURMD_PORT}", ',
+             "srun on the batch node launches the job's steps on every member's slurmd"),
+            (f"{j.name}-slurm-register", job, _map([("service", _q(SLURMCTLD_SERVICE))]), "",
+             "the members' slurmd register with slurmctld; srun asks it for the step"),
+            (f"{j.name}-slurm-step-io", job, srun, "",
+             "slurmstepd on every member returns launch replies, stdio and exit codes to srun"),
+            (f"{j.name}-slurm-ctld-srun", '{node: "mgmt"}', srun, "",
+             "slurmctld pings srun and tells it of the job's end"),
+        ]
+        for fid, src, dst, ports, why in flows:
+            out += [f"  - {{id: {_q(fid)}, from: {src}, to: {dst}, {ports}class: management,",
+                    f"     description: {_q(why)}}}"]
+    return out
+
+
+def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gateway: bool = False,
+                  slurm: bool = False) -> str:
     """The intended-state policy describing ``topo`` as found: every real flow approved, nothing protected yet.
 
     The classes still *require* protection: the policy states intent, and the lab starts out violating it.
@@ -60,6 +111,9 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gatew
     ``egress_gateway``: the lab runs its egress gateway (tinyproxy on :data:`GATEWAY_NODE`); the node gets the
     role ``egress-gateway``, the proxy is a service, and replication goes storage → gateway → replica sink
     instead of straight out (:mod:`ringfence.enforce.egress_gateway` reads exactly this shape).
+    ``slurm``: the lab's jobs run under its Slurm (:mod:`ringfence.lab.slurm`); its daemons are services
+    (class management, application ``slurm``) and exactly the paths they use are approved — not from aux,
+    user, jump or storage.
     """
     ssh = sorted(h for h in set(ssh_nodes) if h != "mgmt" and h in topo.node_names())
     out: list[str] = [
@@ -113,8 +167,12 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gatew
         pairs = [("name", _q(f"{host}-ssh")), ("node", _q(host)), ("port", "22"), ("class", _q("management")),
                  ("application", _q("ssh")), ("admin", "true")]
         out.append(f"  - {_map(pairs)}")
+    if slurm:
+        out += _slurm_services(topo)
     out.append("")
     out.append("approved:")
+    if slurm:
+        out += _slurm_flows(topo)
     for j in topo.jobs:
         job = _map([("job", _q(j.name))])
         out += [
@@ -189,4 +247,5 @@ def render_policy(topo: Topology, ssh_nodes: Iterable[str] = (), *, egress_gatew
     return "\n".join(out) + "\n"
 
 
-__all__ = ["GATEWAY_NODE", "GATEWAY_PORT", "GATEWAY_SERVICE", "render_policy"]
+__all__ = ["GATEWAY_NODE", "GATEWAY_PORT", "GATEWAY_SERVICE", "SLURMCTLD_SERVICE", "render_policy", "slurmd_service",
+           "srun_service"]

@@ -35,6 +35,10 @@ CTLD_PORT = 6817
 #: Below 1024, outside every job's collective range (1024-65535): probe planning takes the lowest listening
 #: port in that range on a member as the job's rendezvous, and must keep finding gloo's, not slurmd's.
 SLURMD_PORT = 818
+#: srun's listening ports (SrunPortRange): above the kernel's ephemeral range (32768-60999), where gloo's pair
+#: listeners live, so a port here is always srun's and the policy's srun service can never claim a gloo socket.
+#: 32 ports: an srun listens on a few (messages, stdio), and a node runs one or two at a time.
+SRUN_PORTS = "61000-61031"
 #: CPUs each lab node declares (config_overrides: slurmd reports these, not the machine's), so several
 #: jobs' ranks fit on one node without oversubscription settings.
 NODE_CPUS = 8
@@ -108,6 +112,7 @@ def prepare(topo: Topology, paths: SlurmPaths, log_dir: Path) -> None:
         f"SlurmctldHost={socket.gethostname().split('.')[0]}({topo.address('mgmt')})",
         f"SlurmctldPort={CTLD_PORT}",
         f"SlurmdPort={SLURMD_PORT}",
+        f"SrunPortRange={SRUN_PORTS}",  # fixed, so the policy can approve exactly these (least path)
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={paths.munge_socket}",
@@ -280,7 +285,7 @@ def end_job_steps(namespaces: Iterable[str], marker: str, *, timeout: float = 10
 
 
 __all__ = [
-    "BINARIES", "CTLD_PORT", "NODE_CPUS", "SLURMD_PORT", "SlurmPaths", "client_env", "end_job_steps", "munged_argv",
-    "prepare", "rank_pids", "require_slurm", "run_client", "sbatch_argv", "slurmctld_argv", "slurmd_argv",
-    "wait_nodes_ready", "write_job",
+    "BINARIES", "CTLD_PORT", "NODE_CPUS", "SLURMD_PORT", "SRUN_PORTS", "SlurmPaths", "client_env", "end_job_steps",
+    "munged_argv", "prepare", "rank_pids", "require_slurm", "run_client", "sbatch_argv", "slurmctld_argv",
+    "slurmd_argv", "wait_nodes_ready", "write_job",
 ]
