@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -31,6 +32,8 @@ def test_real_allreduce_sums_and_format(plain_run: BenchRun, tmp_path: Path) -> 
     run = plain_run
     assert run.config.world_size == 2 and run.config.nodes == ("n0", "n1") and run.config.backend == "gloo"
     assert dict(run.config.versions)["torch"].startswith("2.")
+    # torch's OpenMP threads would spin into the timed collectives: one, unless the caller chose otherwise
+    assert dict(run.config.versions)["intra_op_threads"] == (os.environ.get("OMP_NUM_THREADS") or "1")
     assert len(run.repeats) == 3
     for rep in run.repeats:
         assert [r.size for r in rep.results] == [1 << 20, 2 << 20]

@@ -168,6 +168,12 @@ def _run(args: argparse.Namespace, where: Placement) -> int:
     import torch
     import torch.distributed as dist
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        # The benchmark times communication. torch's intra-op (OpenMP) threads, woken by the untimed result
+        # check, spin-wait into the next timed collective and take the cores the backend needs: on the lab's
+        # two cores they cut gloo's 4 MiB busbw from 0.35-0.45 to 0.13-0.15 GB/s. A caller who sets
+        # OMP_NUM_THREADS keeps its own choice.
+        torch.set_num_threads(1)
     if args.backend == "ringfence":
         # ringfence's own encrypted backend needs no --plugin, but it is still registered by an
         # explicit call: importing ringfence never registers anything.
@@ -180,7 +186,9 @@ def _run(args: argparse.Namespace, where: Placement) -> int:
     elem = DTYPES[args.dtype]
     device = torch.device(args.device)
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    versions = {"torch": str(torch.__version__), "python": platform.python_version()}
+    # recorded with the run: a comparison between runs with different intra-op threads is not like with like
+    versions = {"torch": str(torch.__version__), "python": platform.python_version(),
+                "intra_op_threads": str(torch.get_num_threads())}
     if device.type == "cuda":
         torch.cuda.set_device(device)
         versions["cuda"] = str(torch.version.cuda)
