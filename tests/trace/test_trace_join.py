@@ -102,7 +102,7 @@ def test_behind_a_tls_gate_the_read_and_both_identities_come_from_the_sidecars(t
 def test_a_gate_that_logs_the_client_port_joins_only_its_own_connection(tmp_path: Path, policy: Policy) -> None:
     """The same client's other connection, nearer in time, is not this flow's: the gate's port decides."""
     t = time.time()
-    path = f"/datasets/train-a/shard-{int(t + 0.04) % 7}"
+    path = f"/datasets/train-a/shard-{int(t + 0.29) % 7}"  # the object record's path (_obj: from its own time)
     mine = {"t": t + 0.30, "dir": "in", "node": "storage", "service": "storage-http", "peer": W0, "peer_port": 41000,
             "peer_identity": ID_A, "method": "GET", "path": path, "result": "allowed", "reason": "job:train-a",
             "response_bytes": 131100}
