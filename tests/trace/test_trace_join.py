@@ -120,6 +120,26 @@ def test_a_gate_that_logs_the_client_port_joins_only_its_own_connection(tmp_path
     assert not any("addresses and time" in n for n in tr.notes)
 
 
+def test_object_sampling_prefers_a_dataset_read_to_a_checkpoint_write(tmp_path: Path, policy: Policy) -> None:
+    """``--object served`` is the dataset read storage_flows asks for: a likelier flow (one conntrack saw)
+    that carried a checkpoint write is passed over for one that carried a served GET /datasets/…."""
+    t = time.time()
+    put = json.loads(_obj(t + 0.01, W0, 41000))
+    put.update(method="PUT", path="/checkpoints/train-a/rank-0/step-9")
+    files = _write(tmp_path, {
+        ("storage", "ulogd"): [_ulogd(t, "storage", W0, 41000), _ulogd(t + 1, "storage", W0, 41002)],
+        ("storage", "conntrack"): [_conntrack(t, W0, 41000)],
+        ("storage", "objects"): [json.dumps(put), _obj(t + 1.01, W0, 41002)],
+    })
+    tr = reconstruct(load(files), policy, "allowed", objects="served")
+    assert (tr.flow.sport, [(o.method, o.path.split("/")[1]) for o in tr.objects]) == (41002, [("GET", "datasets")])
+    (tmp_path / "p").mkdir()
+    only_put = _write(tmp_path / "p", {("storage", "ulogd"): [_ulogd(t, "storage", W0, 41000)],
+                                       ("storage", "objects"): [json.dumps(put)]})
+    tr = reconstruct(load(only_put), policy, "allowed", objects="served")  # none read: the write is the answer
+    assert [o.method for o in tr.objects] == ["PUT"]
+
+
 def test_a_log_without_ports_joins_by_address_and_time_only(tmp_path: Path, policy: Policy) -> None:
     t = time.time()
     files = _write(tmp_path, {("storage", "ulogd"): [_ulogd(t, "storage", W0, 41000)],

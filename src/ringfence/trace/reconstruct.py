@@ -277,17 +277,28 @@ def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpe
                 jobs: JobSource | None = None, objects: ObjectResult | None = None) -> Trace:
     """The ``sample`` flow (or the one ``spec`` names) end to end; :class:`NoSample` when there is none.
 
-    ``objects``: only a flow that carried an object request of that result (a dataset read the server
-    served, or one it refused), joined from the object server's log."""
+    ``objects``: only a flow that carried an object request of that result, joined from the object server's
+    log — a dataset read (``GET /datasets/…``) the server served or refused where one of the likeliest flows
+    carried one, else any request of that result."""
     nodes = {a: n.name for n in policy.nodes for a in n.addresses}
     ranked = _pick(tel, sample, spec, nodes, objects)
     # keyed once: each candidate tried selects its own rows from the same keyed tables
     keyed = (tel.decisions.append_column("cid", community_ids(tel.decisions)),
              tel.conns.append_column("cid", community_ids(tel.conns)) if tel.conns.num_rows else None)
+    fallback: Trace | None = None
     for best in ranked:
         trace = _build(tel, policy, sample, best, keyed, store, target, jobs)
-        if objects is None or any(o.result == objects for o in trace.objects):
+        if objects is None:
             return trace
+        hits = [o for o in trace.objects if o.result == objects]
+        # a dataset read is what storage_flows asks for; a flow that carried another request of that result
+        # (a checkpoint write) is the answer only when none of the likeliest carried one
+        if any(o.method == "GET" and o.path.startswith("/datasets/") for o in hits):
+            return trace
+        if hits and fallback is None:
+            fallback = trace
+    if fallback is not None:
+        return fallback
     raise NoSample(f"no {'accepted' if sample == 'allowed' else 'dropped'} flow joins an object request the "
                    f"object server {objects} (of the {TRIED} likeliest)", hint=OBJECT_HINT)
 
