@@ -504,7 +504,17 @@ def show(path: str | Path) -> CertInfo:
     return cert_info(load_certificate(p))
 
 
+def ensure_ca(pki_dir: str | Path, cluster: str, *, lifetime: timedelta = timedelta(days=30)) -> CertInfo:
+    """The CA in ``pki_dir``, made for ``cluster`` (``lifetime``) when there is none yet — what every layer
+    that issues from the cluster PKI (TLS, IPsec, the collective transport) starts with."""
+    ca = Path(pki_dir) / "ca" / "ca.pem"
+    if ca.exists():
+        return show(ca)
+    return init_ca(pki_dir, cluster, lifetime=lifetime)
+
+
 __all__ = [
+    "ensure_ca",
     "ALGORITHMS",
     "CertInfo",
     "CertificateRejected",

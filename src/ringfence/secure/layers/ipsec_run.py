@@ -245,8 +245,7 @@ def enable_ipsec(
         )
     opts = options or RenderOptions()
     pdir = pki_dir(store)
-    if not (pdir / "ca" / "ca.pem").exists():
-        pki.init_ca(pdir, cluster, lifetime=timedelta(days=30))
+    pki.ensure_ca(pdir, cluster)
     fps: dict[str, str] = {}
     for n in chosen:
         fps[n] = pki.issue(pdir, f"spiffe://{cluster}/node/{n}", lifetime=lifetime, out_dir=cred_dir(store, n)).info \

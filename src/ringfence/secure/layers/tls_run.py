@@ -109,12 +109,6 @@ def publish_revocations(rt: Runtime, nodes: Iterable[str]) -> None:
         rt.put(node, str(path), data, mode=0o644)
 
 
-def _ensure_ca(directory: Path, cluster: str) -> pki.CertInfo:
-    if (directory / "ca" / "ca.pem").exists():
-        return pki.show(directory / "ca" / "ca.pem")
-    return pki.init_ca(directory, cluster, lifetime=timedelta(days=30))
-
-
 def enable_tls(
     site: Site,
     policy: Policy,
@@ -140,7 +134,7 @@ def enable_tls(
         raise LayerError(f"no HTTP service of class {', '.join(chosen)} on {site.kind} site {site.name}")
     life = lifetime or pki.parse_duration(policy.keys.cert_lifetime, where="policy keys.cert_lifetime")
     pdir = pki_dir(site.name, store)
-    ca = _ensure_ca(pdir, policy.cluster)
+    ca = pki.ensure_ca(pdir, policy.cluster)
     addr = {n.name: n.addresses[0] for n in policy.nodes}
     ports = {s.name: int(s.port) for s in services}
     servers = {s.name: s.node for s in services}

@@ -37,8 +37,7 @@ def rank_credentials(
     """
     if world < 1:
         raise InputError("world", f"needs at least one rank, not {world}")
-    if not (pki_dir / "ca" / "ca.pem").exists():
-        pki.init_ca(pki_dir, cluster, lifetime=timedelta(days=30))
+    pki.ensure_ca(pki_dir, cluster)
     have = pki.ca_cluster(pki.load_certificate(pki_dir / "ca" / "ca.pem"))
     if have != cluster:
         raise InputError("cluster", f"the CA in {pki_dir / 'ca'} is for spiffe://{have}, not spiffe://{cluster}")
