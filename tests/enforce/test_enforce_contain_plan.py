@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ringfence.enforce.contain import containment_plan, resolve_subject
+from ringfence.enforce.contain import containment_plan, fabric_probes, resolve_subject
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import parse_policy
@@ -67,3 +67,18 @@ def test_a_rank_is_probed_inbound_on_its_jobs_approved_collective_path() -> None
     # is found from the flow itself, on the port the rank listens on
     assert [(p.source, p.port) for p in inbound] == [("worker-0", 41007)], inbound
     assert "train-a-collective" in inbound[0].why
+
+
+def test_the_fabric_check_lifts_a_jobs_last_rank_on_its_own_approved_paths() -> None:
+    """A flow approved for a whole job (its storage reads) is shown from the contained rank itself, not from the
+    job's first member: with its collective down (the job stalled), the last rank still has paths to lift."""
+    topo = build_topology("rfplan", 4, 2)
+    policy = parse_policy(render_policy(topo), "plan")
+    listening = {"mgmt": frozenset({8000, 22}), "storage": frozenset({8080}), "worker-0": frozenset({29500})}
+    mgmt = topo.address("mgmt")
+    specs = fabric_probes(policy, ["worker-3"], listening, (mgmt,))
+    assert specs and {p.source for p in specs} == {"worker-3"}, specs
+    assert all(p.expected == "deny" and p.host != mgmt and p.destination != "worker-3" for p in specs)
+    assert ("storage", 8080) in {(p.destination, p.port) for p in specs}
+    # nothing but the collectors listening: nothing to lift, so the fabric alone is not checked
+    assert fabric_probes(policy, ["worker-3"], {"mgmt": frozenset({8000})}, (mgmt,)) == []

@@ -477,6 +477,25 @@ def verify_release(policy: Policy, subject: Subject, points: Mapping[str, Execut
     return run_probes(policy, ProbePlan(again), points, store, target=target, listening=listening, timeout=timeout)
 
 
+def fabric_probes(policy: Policy, own: Sequence[str], listening: Mapping[str, frozenset[int]],
+                  collectors: Sequence[str], keep: Sequence[str] = ()) -> list[ProbeSpec]:
+    """The paths the fabric alone must drop once ``own``'s node-level containment is lifted: at most two
+    approved paths from each of ``own`` to a listening port outside it, the collectors and ``keep``."""
+    # the subject's own nodes as the only sources: a flow approved for a whole job is otherwise shown from its
+    # first member, which need not be the contained one (a job's last rank would have nothing to lift)
+    base = plan_probes(policy, listening, own)
+    per_source: dict[str, int] = {}
+    specs = []
+    for p in base.probes:
+        if (p.expected == "allow" and p.source in own and p.host not in collectors and p.host not in keep
+                and p.destination not in own and p.port in listening.get(p.destination, frozenset())
+                and per_source.get(p.source, 0) < 2):
+            per_source[p.source] = per_source.get(p.source, 0) + 1
+            specs.append(ProbeSpec(p.source, p.destination, p.host, p.port, "deny",
+                                   why=f"{p.source}'s own containment lifted: the fabric alone must drop {p.rule}"))
+    return specs
+
+
 def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor], store: EvidenceStore, *,
                  target: str, collectors: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
                  keep: Sequence[str] = ()) -> ProbeRun | None:
@@ -489,16 +508,7 @@ def fabric_check(policy: Policy, subject: Subject, points: Mapping[str, Executor
         return None
     nodes = [n.name for n in policy.nodes]
     listening = gather_listening(points, nodes)
-    base = plan_probes(policy, {n: v for n, v in listening.items() if v is not None}, [n for n in nodes if n in points])
-    per_source: dict[str, int] = {}
-    specs = []
-    for p in base.probes:
-        if (p.expected == "allow" and p.source in own and p.host not in collectors and p.host not in keep
-                and p.destination not in own and p.port in (listening.get(p.destination) or ())
-                and per_source.get(p.source, 0) < 2):
-            per_source[p.source] = per_source.get(p.source, 0) + 1
-            specs.append(ProbeSpec(p.source, p.destination, p.host, p.port, "deny",
-                                   why=f"{p.source}'s own containment lifted: the fabric alone must drop {p.rule}"))
+    specs = fabric_probes(policy, own, {n: v for n, v in listening.items() if v is not None}, collectors, keep)
     if not specs:
         return None
     try:
@@ -575,6 +585,7 @@ __all__ = [
     "Subject",
     "contain",
     "containment_plan",
+    "fabric_probes",
     "fabric_check",
     "containment_points",
     "control_addresses",
