@@ -21,10 +21,10 @@ import sys
 import time
 from typing import Any
 
-from ringfence.enforce.matrix import resolve
 from ringfence.enforce.nftables import render_fabric, ruleset_stats
 from ringfence.enforce.nftrun import Throwaway, delete_table, load, throwaway_namespace
 from ringfence.enforce.synth import synthetic_policy
+from ringfence.policy.matrix import resolve
 
 PORT = 20001  # inside the synthetic jobs' collective range
 #: The smallest stateful table: conntrack plus one accept. Comparing against it separates the fixed cost

@@ -9,13 +9,16 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import ringfence
 
 SRC = Path(ringfence.__file__).resolve().parent
 LAB_USERS = ("ringfence.lab", "ringfence.cli", "ringfence.demo")
+#: what a control may never import: the packages that act on a cluster
+ACTORS = ("ringfence.enforce", "ringfence.secure", "ringfence.targets", "ringfence.lab", "ringfence.rollout",
+          "ringfence.drill")
 
 
 def _module_name(path: Path) -> str:
@@ -116,3 +119,23 @@ def test_private_owner_rules() -> None:
     assert _private_owner("ringfence.secure.layers._state.StateStore") == "ringfence.secure.layers"
     assert _private_owner("ringfence.secure.verify.verify_lab") is None
     assert _private_owner("ringfence.__version__") is None
+
+
+def _offenders(package: str, allowed: Callable[[str], bool]) -> list[str]:
+    """Every import of a ringfence module from within ``package`` that ``allowed`` refuses."""
+    return [
+        f"{path.relative_to(SRC.parent)}:{line} imports {name}"
+        for path, module in _modules()
+        if _within(module, package)
+        for line, name in _imports(path, module)
+        if _within(name, "ringfence") and not allowed(name)
+    ]
+
+
+def test_the_controls_never_import_what_acts_on_a_cluster() -> None:
+    assert _offenders("ringfence.controls", lambda n: not any(_within(n, a) for a in ACTORS)) == []
+
+
+def test_the_policy_imports_only_itself_and_the_base_modules() -> None:
+    base = ("ringfence.policy", "ringfence.errors", "ringfence.bounded", "ringfence.atomic", "ringfence.__version__")
+    assert _offenders("ringfence.policy", lambda n: any(_within(n, b) for b in base)) == []

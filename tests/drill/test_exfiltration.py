@@ -15,10 +15,10 @@ from ringfence.drill._attack import Conn, Outcome
 from ringfence.drill._gateway import gateway_detection, judge_gateway
 from ringfence.drill.exfiltration import bytes_out, judge_exfil, outside_target, suspect_node
 from ringfence.drill.interface import Attempt, Bystander, DrillError, DrillReport
-from ringfence.enforce.egress_gateway import Gateway, find_gateway
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
+from ringfence.policy.egress import Gateway, find_gateway
 
 
 @pytest.fixture(scope="module")

@@ -41,10 +41,10 @@ from ringfence.drill.malicious_job import (
     storage_service,
 )
 from ringfence.drill.registry import NAMES, scenarios
-from ringfence.enforce.matrix import resolve
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
+from ringfence.policy.matrix import resolve
 from ringfence.targets.interface import RunResult, TargetError
 from ringfence.targets.local import LocalExecutor
 

@@ -11,18 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ringfence.enforce.egress_gateway import (
-    TINYPROXY,
-    GatewayError,
-    filter_text,
-    find_gateway,
-    tinyproxy_argv,
-    tinyproxy_config,
-)
+from ringfence.enforce.egress_gateway import TINYPROXY, filter_text, tinyproxy_argv, tinyproxy_config
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.observe.flows.events.tinyproxy import TinyproxyReader
 from ringfence.policy import Policy, parse_policy
+from ringfence.policy.egress import GatewayError, find_gateway
 
 TOPO = build_topology("rfunit", 4, 2)
 

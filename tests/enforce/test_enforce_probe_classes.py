@@ -13,13 +13,13 @@ import pytest
 from test_enforce_probe_matrix import FakeHost
 
 from ringfence.cli import main
-from ringfence.enforce.matrix import resolve
 from ringfence.enforce.probe_classes import CLASSES_FROM, PlanMode, class_probe_plan, resolve_mode
 from ringfence.enforce.probe_matrix import _approved, probe_policy
 from ringfence.evidence import EvidenceStore
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
+from ringfence.policy.matrix import resolve
 
 JOBS, RANKS, STORAGE, MGMT, USERS, EXTERNAL = 500, 18, 800, 100, 90, 10  # 10,000 nodes
 

@@ -11,12 +11,12 @@ import pytest
 from flow_kit import AUX, JUMP, MGMT, STORAGE, USER, W0, W1, flows
 from ringfence.analyze import classify
 from ringfence.cli import main
-from ringfence.enforce.matrix import resolve
 from ringfence.enforce.probe_matrix import _approved
 from ringfence.lab import slurm
 from ringfence.lab.policy_text import render_policy
 from ringfence.lab.topology import build_topology
 from ringfence.policy import Policy, parse_policy
+from ringfence.policy.matrix import resolve
 
 TOPO = build_topology("rfab12")
 SRUN_LO, SRUN_HI = (int(p) for p in slurm.SRUN_PORTS.split("-"))

@@ -26,13 +26,13 @@ from ringfence.change.interface import (
 from ringfence.enforce.apply import FABRIC, render_bundle
 from ringfence.enforce.expiry import timed_paths
 from ringfence.enforce.interface import RenderOptions
-from ringfence.enforce.matrix import resolve
 from ringfence.enforce.nftables import enforced_nodes
 from ringfence.errors import RingfenceError
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.facts.changes import APPROVE_SOURCE
 from ringfence.facts.interface import parse
 from ringfence.policy import Policy, parse_policy, policy_digest
+from ringfence.policy.matrix import resolve
 
 HINT = "write it with: ringfence change propose POLICY --by ID --ticket T -o REQUEST.json"
 

@@ -9,8 +9,8 @@ from ringfence.controls._common import who
 from ringfence.controls._drills import drill_failures
 from ringfence.controls._flows import judge_paths, path_requirements
 from ringfence.controls.interface import ControlMeta, Facts, Finding, Requirement, Side, Verdict
-from ringfence.enforce.egress_gateway import ROLE, Gateway, GatewayError, find_gateway
 from ringfence.policy import Policy
+from ringfence.policy.egress import ROLE, Gateway, GatewayError, find_gateway
 
 #: the requirement a gateway's own records prove (asked only when the policy routes egress through a gateway)
 GATEWAY = "gateway-records"

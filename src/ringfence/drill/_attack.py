@@ -28,11 +28,11 @@ from typing import Any
 
 from ringfence.drill.interface import DrillContext, DrillError
 from ringfence.enforce.apply import FABRIC
-from ringfence.enforce.matrix import Matrix
 from ringfence.enforce.probe_matrix import DeniedKey
 from ringfence.evidence import RecordKind
 from ringfence.observe.flows.events.deploy import DEFAULT_DIR, FILES
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix
 from ringfence.targets.interface import Executor, TargetError
 
 #: the evidence source of the drills' own observations (the report itself is ``ringfence.drill``)

@@ -24,7 +24,8 @@ from typing import Any
 
 from ringfence.drill._attack import Conn, Outcome, combine, judge_connection, telemetry_dirs, who
 from ringfence.drill.interface import DrillContext
-from ringfence.enforce.egress_gateway import LOG_FILE, Gateway
+from ringfence.enforce.egress_gateway import LOG_FILE
+from ringfence.policy.egress import Gateway
 from ringfence.targets.interface import Executor, TargetError
 
 #: bytes of the gateway's log read per look (the attempt is among the newest lines)

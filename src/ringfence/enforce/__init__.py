@@ -16,10 +16,10 @@ from ringfence.enforce.interface import (
     UnsafePolicy,
     Unsupported,
 )
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, Selector, resolve
 from ringfence.enforce.netpol import NetworkPolicyRenderer
 from ringfence.enforce.nftables import NftablesRenderer
 from ringfence.enforce.safety import check_policy, policy_problems
+from ringfence.policy.matrix import Matrix, ResolvedFlow, Selector, resolve
 
 #: target name → renderer factory. The one place a target is added.
 RENDERERS: dict[str, Callable[[], Renderer]] = {

@@ -20,7 +20,6 @@ from typing import Any
 
 from ringfence.enforce.expiry import timed_paths
 from ringfence.enforce.interface import EnforceError, RenderOptions
-from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE, enforced_nodes, render_fabric, render_node
 from ringfence.enforce.nftrun import (
     NftError,
@@ -35,6 +34,7 @@ from ringfence.enforce.partition_nft import partition_jobs, render_partition
 from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy, policy_digest
+from ringfence.policy.matrix import Matrix, resolve
 from ringfence.targets.interface import Executor
 
 SOURCE = "enforce.apply"

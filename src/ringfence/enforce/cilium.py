@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ringfence.enforce.interface import DEFAULT_OPTIONS, RenderOptions, RenderResult, Unsupported
+from ringfence.enforce.interface import DEFAULT_OPTIONS, RenderOptions, RenderResult, Unsupported, encryption_notes
 from ringfence.enforce.k8s import (
     LABEL_ZONE,
     Peer,
@@ -22,8 +22,8 @@ from ringfence.enforce.k8s import (
     object_metadata,
     object_name,
 )
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, encryption_notes, resolve
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix, ResolvedFlow, resolve
 
 TARGET = "cilium"
 _LOG_MAX = 32  # Hubble's limit on a policy's log value

@@ -32,7 +32,6 @@ from ringfence.controls.interface import ProbeResult, Verdict
 from ringfence.enforce.apply import FABRIC, live_rulesets
 from ringfence.enforce.facts import CONTAIN_SOURCE, CONTAINMENT_FORMAT, probe_to_json
 from ringfence.enforce.interface import EnforceError
-from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.nftrun import NftError, load
 from ringfence.enforce.probe_matrix import (
@@ -46,6 +45,7 @@ from ringfence.enforce.probe_matrix import (
 )
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix, resolve
 from ringfence.targets.interface import Executor
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ from typing import Any
 from ringfence.atomic import write_atomic
 from ringfence.enforce.apply import FABRIC, live_rulesets
 from ringfence.enforce.apply import SOURCE as APPLY_SOURCE
-from ringfence.enforce.matrix import Matrix, resolve
 from ringfence.enforce.nftables import enforced_nodes
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.facts.changes import (
@@ -34,6 +33,7 @@ from ringfence.facts.interface import FactsFileError
 from ringfence.facts.probes import PROBES_FORMAT, load_probe_facts, probe_to_json, probes_document
 from ringfence.facts.ruleset import RULESET_FORMAT, load_ruleset_facts
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix, resolve
 from ringfence.targets.interface import Executor
 
 #: Evidence sources whose action records are changes of the enforcement state.

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ringfence.atomic import write_atomic
 from ringfence.errors import RingfenceError
-from ringfence.policy import Policy
+from ringfence.policy import Policy, Requirement, TrafficClass
 
 
 class EnforceError(RingfenceError):
@@ -132,6 +132,19 @@ def dump_json(value: Any) -> bytes:
     return json.dumps(value, indent=1, sort_keys=True).encode() + b"\n"
 
 
+def encryption_notes(target: str, policy: Policy) -> list[Unsupported]:
+    """One note per class whose encryption requirement a reachability policy cannot express."""
+    out = []
+    for cls in (TrafficClass.STORAGE, TrafficClass.COLLECTIVE, TrafficClass.MANAGEMENT, TrafficClass.REPLICATION):
+        cp = policy.classes.of(cls)
+        if cp is not None and cp.protection is Requirement.REQUIRED:
+            layers = ", ".join(layer.value for layer in cp.layers) or "any confidential layer"
+            out.append(Unsupported(target, f"class:{cls.value}",
+                                   f"encryption is required ({layers}); {target} only decides reachability",
+                                   "deploy the encryption layer and verify it with captures (control encryption_keys)"))
+    return out
+
+
 __all__ = [
     "DEFAULT_OPTIONS",
     "EnforceError",
@@ -143,4 +156,5 @@ __all__ = [
     "Unsupported",
     "UnsafePolicy",
     "dump_json",
+    "encryption_notes",
 ]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringfence.enforce.interface import RenderedFile, RenderResult, Unsupported, dump_json
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, Selector
+from ringfence.policy.matrix import Matrix, ResolvedFlow, Selector
 
 LABEL_ZONE = "ringfence.io/zone"
 LABEL_JOB = "ringfence.io/job"

@@ -35,9 +35,10 @@ from ringfence.enforce.interface import (
     RenderOptions,
     RenderResult,
     dump_json,
+    encryption_notes,
 )
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, Selector, encryption_notes, resolve
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix, ResolvedFlow, Selector, resolve
 
 TABLE = "ringfence"
 #: Dynamic-set sizes: bounded so a scan cannot exhaust memory; when full, the update rule simply does

@@ -33,13 +33,13 @@ from typing import Any
 
 from ringfence.controls.interface import ProbeResult
 from ringfence.enforce.apply import FABRIC
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, resolve
 from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.nftrun import NftError
 from ringfence.enforce.probe import ProbeTarget, RawProbe, tcp_probes
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy, Service
+from ringfence.policy.matrix import Matrix, ResolvedFlow, resolve
 from ringfence.targets.interface import Executor, TargetError
 
 SOURCE = "enforce.probe"  # = ringfence.enforce.facts.PROBE_SOURCE

@@ -43,9 +43,9 @@ from ringfence.controls.interface import Verdict
 from ringfence.enforce._tls_gates import GateRequest, Mesh, TlsMesh
 from ringfence.enforce.contain import ContainError, ContainmentReport, Subject, training_progress
 from ringfence.enforce.facts import CONTAIN_SOURCE
-from ringfence.enforce.matrix import resolve
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy
+from ringfence.policy.matrix import resolve
 from ringfence.secure import pki
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.tls import identity_of

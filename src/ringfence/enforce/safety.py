@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 
-from ringfence.enforce.interface import EnforceError, UnsafePolicy
-from ringfence.enforce.matrix import Matrix, ResolvedFlow, Selector, resolve
+from ringfence.enforce.interface import UnsafePolicy
 from ringfence.policy import Policy
+from ringfence.policy.matrix import Matrix, MatrixError, ResolvedFlow, Selector, resolve
 
 
 def _is_any(sel: Selector, all_nodes: int) -> bool:
@@ -36,7 +36,7 @@ def policy_problems(policy: Policy, matrix: Matrix | None = None,
     """
     try:
         m = matrix or resolve(policy)
-    except EnforceError as exc:
+    except MatrixError as exc:
         return [exc.message]
     problems: list[str] = []
     n_nodes = len(m.node_addresses)

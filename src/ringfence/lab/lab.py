@@ -300,15 +300,9 @@ class Lab:
         in that node's telemetry directory. Fails closed: a configuration that cannot be rendered, or a tinyproxy
         that does not listen, is a :class:`LabError` and nothing is left running. With ``restart_services``
         the servers restart so storage replicates through it."""
-        from ringfence.enforce.egress_gateway import (
-            LOG_FILE,
-            GatewayError,
-            filter_text,
-            find_gateway,
-            tinyproxy_argv,
-            tinyproxy_config,
-        )
+        from ringfence.enforce.egress_gateway import LOG_FILE, filter_text, tinyproxy_argv, tinyproxy_config
         from ringfence.policy import parse_policy
+        from ringfence.policy.egress import GatewayError, find_gateway
 
         if self.egress_gateway:
             return

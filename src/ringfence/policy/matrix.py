@@ -1,9 +1,10 @@
 """The approved communication matrix, resolved: every endpoint selector turned into concrete addresses.
 
-Every renderer starts here, so the three targets agree on what a flow means. Lookups are built once
-as dicts (a policy of 10,000 nodes and 500 jobs resolves in well under a second); selectors keep the
-*kind* they were written with (zone, job, node, service, identity, cidr) so a renderer can key its
-sets by that name rather than by addresses, which is what keeps rule counts linear in flows.
+Every renderer, probe planner and control starts here, so the targets agree on what a flow means. It
+belongs to the policy, not to enforcement, so that controls may use it too. Lookups are built once as
+dicts (a policy of 10,000 nodes and 500 jobs resolves in well under a second); selectors keep the *kind*
+they were written with (zone, job, node, service, identity, cidr) so a renderer can key its sets by that
+name rather than by addresses, which is what keeps rule counts linear in flows.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ringfence.enforce.interface import EnforceError, Unsupported
-from ringfence.policy import ApprovedFlow, Endpoint, Policy, Requirement, TrafficClass, Trust
+from ringfence.errors import RingfenceError
+from ringfence.policy.model import ApprovedFlow, Endpoint, Policy, Trust
+
+
+class MatrixError(RingfenceError):
+    """The approved matrix cannot be resolved: a flow names a zone, node, job, service or identity the policy
+    does not have."""
+
 
 #: Every TCP/UDP port: what ``proto: any`` without ``ports`` means.
 ALL_PORTS: tuple[int, int] = (1, 65535)
@@ -131,30 +138,30 @@ class _Index:
         nodes: list[str]
         if kind == "zone":
             if name not in self.zone_nodes:
-                raise EnforceError(f"{where}: unknown zone {name!r}")
+                raise MatrixError(f"{where}: unknown zone {name!r}")
             nodes = self.zone_nodes[name]
         elif kind == "node":
             if name not in self.nodes:
-                raise EnforceError(f"{where}: unknown node {name!r}")
+                raise MatrixError(f"{where}: unknown node {name!r}")
             nodes = [name]
         elif kind == "job":
             if name not in self.jobs:
-                raise EnforceError(f"{where}: unknown job {name!r}")
+                raise MatrixError(f"{where}: unknown job {name!r}")
             nodes = list(self.jobs[name].members)
         elif kind == "service":
             if name not in self.services:
-                raise EnforceError(f"{where}: unknown service {name!r}")
+                raise MatrixError(f"{where}: unknown service {name!r}")
             nodes = [self.services[name].node]
         elif kind == "identity":
             if name not in self.identity_nodes:
-                raise EnforceError(f"{where}: no node or job has identity {name!r}")
+                raise MatrixError(f"{where}: no node or job has identity {name!r}")
             nodes = self.identity_nodes[name]
         else:
             net = ipaddress.ip_network(name, strict=False)
             return Selector("cidr", str(net), (), (), (str(net),))
         unknown = [n for n in nodes if n not in self.nodes]
         if unknown:
-            raise EnforceError(f"{where}: {kind} {name!r} names unknown node(s) {', '.join(unknown)}")
+            raise MatrixError(f"{where}: {kind} {name!r} names unknown node(s) {', '.join(unknown)}")
         ordered = tuple(dict.fromkeys(nodes))
         addrs = tuple(dict.fromkeys(a for n in ordered for a in self.nodes[n].addresses))
         return Selector(kind, name, ordered, addrs)
@@ -168,7 +175,7 @@ class _Index:
 
 
 def resolve(policy: Policy) -> Matrix:
-    """Resolve every approved flow of ``policy``; :class:`EnforceError` on a dangling reference."""
+    """Resolve every approved flow of ``policy``; :class:`MatrixError` on a dangling reference."""
     idx = _Index(policy)
     flows = []
     for i, f in enumerate(policy.approved):
@@ -189,17 +196,4 @@ def resolve(policy: Policy) -> Matrix:
     )
 
 
-def encryption_notes(target: str, policy: Policy) -> list[Unsupported]:
-    """One note per class whose encryption requirement a reachability policy cannot express."""
-    out = []
-    for cls in (TrafficClass.STORAGE, TrafficClass.COLLECTIVE, TrafficClass.MANAGEMENT, TrafficClass.REPLICATION):
-        cp = policy.classes.of(cls)
-        if cp is not None and cp.protection is Requirement.REQUIRED:
-            layers = ", ".join(layer.value for layer in cp.layers) or "any confidential layer"
-            out.append(Unsupported(target, f"class:{cls.value}",
-                                   f"encryption is required ({layers}); {target} only decides reachability",
-                                   "deploy the encryption layer and verify it with captures (control encryption_keys)"))
-    return out
-
-
-__all__ = ["ALL_PORTS", "Matrix", "ResolvedFlow", "Selector", "encryption_notes", "resolve"]
+__all__ = ["ALL_PORTS", "Matrix", "MatrixError", "ResolvedFlow", "Selector", "resolve"]
