@@ -113,8 +113,17 @@ def test_after_apply_both_drills_are_stopped_detected_and_proven(lab: Lab, tmp_p
         assert storage["actor"] == "aux" and "dropped by policy: denied@" in storage["stopped_by"]
         assert "address binding" in api["stopped_by"] and "aux" in api["detection"]
         # replayed from the victim's own address after revocation: refused by every gate, as revoked
-        replay = [a for k, a in steps.items() if k.startswith("revoked-cert-")]
+        replay = [a for k, a in steps.items() if k.startswith("revoked-cert-") and k != "revoked-cert-transport"]
         assert len(replay) == 2 and all("revoked" in a["stopped_by"] for a in replay)
+        # and at the collective transport: rank 1 of train-b, asked for a handshake from the victim's address,
+        # had accepted the copy before (the recorded control) and refuses it as revoked after, in measured time
+        transport = steps["revoked-cert-transport"]
+        assert transport["got_through"] is False and transport["detected"] is True, transport
+        assert "refused by the transport peer worker-3" in transport["stopped_by"] and "is revoked" in \
+            transport["stopped_by"], transport
+        assert transport["seconds_to_detect"] is not None and transport["seconds_to_detect"] >= 0
+        control = [r for r in store.records() if r.data.get("step") == "control-transport"]
+        assert len(control) == 1 and control[0].data["accepted"] is True, control
         assert doc["contained"] and "kept training on the reissued credential" in doc["containment"]
         assert 0 <= doc["containment_seconds"] < 15 and doc["detection_seconds"] is not None
         assert doc["bystander"]["job"] == "train-a" and doc["bystander"]["within_budget"]

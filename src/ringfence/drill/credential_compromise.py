@@ -28,10 +28,15 @@ Played, in order (each step recorded in the evidence store):
 4. *recovery* — the same containment's proof: the reissued certificate accepted by the gates, the
    victim's job training on (its ranks step and read shards, its sidecar on the new certificate).
 
-Throughout, another job (the bystander) is measured. Not covered (said in the report's notes): the
-collective transport (:mod:`ringfence.secure.transport`) re-reads the same revocation list at each
-handshake, but the lab's ranks speak gloo and the drill forces no new group; a service the victim's
-node has no approved path to is not probed (the fabric, not the revocation, would refuse it).
+The collective transport (:mod:`ringfence.secure.transport`) is a peer too, even while the job's ranks speak
+gloo: the copy is presented in a ringfence-transport handshake to another rank of the victim's job, from the
+victim's own address on the job's collective path (:mod:`ringfence.drill._transport`) — accepted before the
+revocation (the control), refused by that rank *as revoked* after it, from the list the CA published to its
+host; the time from the revocation to that refusal is measured like a gate's. A job of one rank has no peer
+to ask, which the report says.
+
+Throughout, another job (the bystander) is measured. Not covered (said in the report's notes): a service
+the victim's node has no approved path to is not probed (the fabric, not the revocation, would refuse it).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ringfence.controls.interface import Verdict
-from ringfence.drill import _site
+from ringfence.drill import _site, _transport
 from ringfence.drill.bystander import watch_bystander
 from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
 from ringfence.enforce.apply import FABRIC
@@ -245,6 +250,17 @@ class CredentialCompromise:
                 attempts += [a for a, _ in made]
                 t_seen = min((t for _, t in made if t is not None), default=None)
                 control = self._control(ctx, site, plan, victim, v_addr, stolen, fp, rec)
+                peer = next((m for m in spec.members if m != victim), None)
+                sides = None
+                if peer is None:
+                    notes.append(f"job {job} has one rank: no transport peer to present the copy to")
+                else:
+                    sides = (_transport.Side(peer, spec.members.index(peer), str(pdir / "nodes" / peer),
+                                             str(pdir / "ca" / "revoked.txt")),
+                             _transport.Side(victim, rank, str(stolen)))
+                    tls_run.push_credential(Runtime(site, state), victim, stolen)
+                    before = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides,
+                                             "control-transport", rec)
                 if not all(control.values()):
                     # the copy was not accepted even where it is bound: a refusal at the gate proved nothing
                     bad = ", ".join(s for s, ok in control.items() if not ok)
@@ -259,6 +275,11 @@ class CredentialCompromise:
                                           requests={victim: plan}, timeout=ctx.timeout, progress=ctx.progress)
                 replay = [_replayed(ctx.policy, c, all(control.values()), report) for c in _refusals(report)]
                 attempts += replay
+                if sides is not None:
+                    after = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides,
+                                            "revoked-cert-transport", rec)
+                    attempts.append(_transport_attempt(ctx.policy, job, sides, before, after, report,
+                                                       evidence[-1]))
             finally:
                 for node in (attacker, victim):  # the copies made by the drill, wherever they are
                     ops.remove_tree(site.executor(node), str(stolen))
@@ -309,6 +330,51 @@ class CredentialCompromise:
                 "step": f"control-{req.service}", "request": f"{req.method} {req.url}", "result": shot.res,
                 "accepted": out[req.service]})
         return out
+
+    @staticmethod
+    def _handshake(ctx: DrillContext, site: Site, ports: tuple[int, int], world: int,
+                   sides: tuple[_transport.Side, _transport.Side], step: str, rec: _Rec) -> _transport.Handshake:
+        """One transport handshake of the copy (``sides``: the honest rank, the copy's holder), recorded."""
+        honest, thief = sides
+        hs = _transport.handshake(site, honest, thief, world=world, ports=ports, timeout=ctx.timeout)
+        rec(RecordKind.OBSERVATION, f"node {thief.node}", {
+            "step": step, "peer": honest.node, "peer_rank": honest.rank, "rank": thief.rank, "port": hs.port,
+            "listener": hs.listener, "honest": hs.honest, "holder": hs.thief, "accepted": hs.accepted,
+            "refused_as_revoked": hs.refused_as_revoked})
+        verdict = ("accepted" if hs.accepted else "refused as revoked" if hs.refused_as_revoked
+                   else f"no handshake ({hs.honest.get('error')})")
+        ctx.progress(f"transport handshake of the copy from {thief.node} with {honest.node} (rank "
+                     f"{honest.rank}): {verdict}")
+        return hs
+
+
+def _transport_attempt(policy: Policy, job: str, sides: tuple[_transport.Side, _transport.Side],
+                       before: _transport.Handshake, after: _transport.Handshake, report: ContainmentReport,
+                       ev: str) -> Attempt:
+    """The revoked copy at the collective transport as a drill attempt: stopped only when the honest rank
+    refused it *as revoked*, after accepting it before the revocation (else its refusal proves nothing)."""
+    honest, thief = sides
+    error = str(after.honest.get("error") or "")
+    if after.accepted:
+        through, why = True, f"the transport peer {honest.node} completed a handshake with the revoked copy"
+    elif after.refused_as_revoked:
+        through, why = False, f"refused by the transport peer {honest.node}: {error}"
+    else:
+        through, why = None, f"no verdict from the transport peer {honest.node}: {error or 'no outcome'}"
+    if through is False and not before.accepted:
+        through, why = None, (f"{why} — but the copy was not accepted before revocation either "
+                              f"({before.honest.get('error')})")
+    t_rev = report.revocation.revoked_at if report.revocation is not None else None
+    at = after.honest.get("at")
+    secs = round(float(at) - t_rev, 3) if after.refused_as_revoked and isinstance(at, int | float) \
+        and t_rev is not None else None
+    return Attempt("revoked-cert-transport", thief.node, _site.named(policy, honest.node, after.port),
+                   f"the revoked copy presented in a ringfence-transport handshake to {honest.node}, rank "
+                   f"{honest.rank} of job {job}, from {thief.node}'s own address on the job's collective path",
+                   through, why, after.refused_as_revoked,
+                   f"the transport peer's own refusal: {error}" if after.refused_as_revoked else "no refusal",
+                   secs, evidence=(ev,))
+
 
 def _refusals(report: ContainmentReport) -> tuple[GateCheck, ...]:
     return report.revocation.refusals if report.revocation is not None else ()
