@@ -6,6 +6,8 @@
                                                    # …with the lab's training job running, load per repeat
     … --rf-env SWITCH_INTERVAL=0.0002 --rf-env SWITCH_INTERVAL=0
                                                    # A/B of two transport settings in one interleaved run
+    .venv/bin/python benchmarks/bench_transport.py --aead-gil
+                                                   # does AES-GCM (`cryptography`) release the GIL? no ranks
 
 Arms are interleaved (gloo, ringfence, wireguard-go, gloo, …) so that a noisy neighbour hits all alike;
 each ``--rf-env`` makes one more ringfence arm with those ``RINGFENCE_TRANSPORT_*`` settings (the ringfence
@@ -33,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,6 +126,79 @@ def _over_wireguard(lab: Lab, ranks: list[RankSpec], spec: BenchSpec) -> tuple[B
     return run, sent, drops
 
 
+def aead_gil(mib: int = 64, window: float = 0.5, rounds: int = 3) -> dict[str, float]:
+    """Whether ``cryptography``'s AES-GCM runs without the GIL, measured two ways, with no ranks.
+
+    ``*_progress``: how far a pure-Python counting thread gets while this thread seals (opens) ``mib``
+    MiB records back to back for ``window`` seconds, over how far it gets while this thread sleeps as
+    long — ≈ 0 if the calls hold the GIL (the counter runs only between calls), ≈ 1 with a free core if
+    they do not. ``speedup``: two threads sealing ``mib`` MiB each at once over one thread sealing both
+    in a row — ≈ 1 when the calls serialise on the GIL, up to 2 with two free cores. Best of
+    ``rounds`` for each, since other load only lowers them.
+    """
+    import threading
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead = AESGCM(bytes(range(32)))
+    n = mib << 20
+    plain = memoryview(bytearray(n))
+    sealed = [memoryview(bytearray(n + 16)) for _ in range(2)]
+    nonce = bytes(12)
+
+    def seal(k: int = 0) -> None:
+        aead.encrypt_into(nonce, plain, b"", sealed[k])
+
+    def open_() -> None:
+        aead.decrypt_into(nonce, sealed[0], b"", plain)
+
+    def counted(work: Callable[[], None] | None) -> int:
+        """Counter steps in ``window`` seconds while this thread runs ``work`` in a loop (None: sleeps)."""
+        stop, out = threading.Event(), [0]
+
+        def count() -> None:
+            k = 0
+            while not stop.is_set():
+                k += 1
+            out[0] = k
+
+        th = threading.Thread(target=count)
+        th.start()
+        end = time.perf_counter() + window
+        if work is None:
+            time.sleep(window)
+        while work is not None and time.perf_counter() < end:
+            work()
+        stop.set()
+        th.join()
+        return out[0]
+
+    seal()
+    seal(1)  # both record buffers touched, and sealed[0] holds a valid record for open_
+    one_t, two_t, seal_p, open_p = [], [], [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        seal(0)
+        seal(1)
+        one_t.append(time.perf_counter() - t0)
+        ths = [threading.Thread(target=seal, args=(k,)) for k in range(2)]
+        t0 = time.perf_counter()
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        two_t.append(time.perf_counter() - t0)
+        alone = counted(None)
+        seal_p.append(counted(seal) / alone if alone else 0.0)
+        open_p.append(counted(open_) / alone if alone else 0.0)
+    return {
+        "seal_progress": max(seal_p),
+        "open_progress": max(open_p),
+        "speedup": min(one_t) / min(two_t),
+        "seal_gb_s": 2 * n / min(one_t) / 1e9,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", choices=["local", "lab"], default="local")
@@ -138,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wg-sizes", default="4M,64M", help="sizes of the wireguard-go arm (those also in --sizes)")
     p.add_argument("--wg-iters", type=int, default=3, help="iterations of the wireguard-go arm")
     p.add_argument("--wg-warmup", type=int, default=1, help="warm-up iterations of the wireguard-go arm")
+    p.add_argument("--aead-gil", action="store_true",
+                   help="only measure whether AES-GCM releases the GIL (two threads, no ranks) and exit")
     p.add_argument("--rf-env", action="append", metavar="NAME=VALUE[,…]",
                    help="one ringfence arm with these RINGFENCE_TRANSPORT_* settings (repeatable: an A/B in "
                         "one interleaved run; the first is the reference of the paired ratio)")
@@ -145,6 +223,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="lab only: the lab's training job runs during the run (--up starts it; an attached lab "
                         "must have it running); load average and the job's liveness recorded per repeat")
     args = p.parse_args(argv)
+    if args.aead_gil:
+        import cryptography
+
+        r = aead_gil()
+        print(f"cryptography {cryptography.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}: "
+              f"64 MiB AES-GCM seals {r['seal_gb_s']:.2f} GB/s; a Python thread kept "
+              f"{100 * r['seal_progress']:.0f} % of its solo progress during a seal, "
+              f"{100 * r['open_progress']:.0f} % during an open (≈ 0 % if the call held the GIL); "
+              f"two threads sealing at once: {r['speedup']:.2f}× one thread (1.00× if serialised)")  # fmt: skip
+        return 0
     try:
         args.rf_arms = parse_rf_env(args.rf_env)
     except ValueError as exc:
