@@ -66,7 +66,10 @@ class TransportConfig:
     timeout: float | None = None
     event_log: Path | None = None
     evidence: Path | None = None
-    switch_interval: float = 0.0002  # sys.setswitchinterval while a group is open; 0: leave it alone
+    # sys.setswitchinterval while a group is open; 0: leave it alone. 0.2 ms stays the default: under the
+    # lab's load, 0 (CPython's 5 ms) led in 13/18 and 12/18 paired repeats at 4/64 MiB, median paired
+    # ratio 114 %/109 %, interquartile 82-134 %/93-130 % — within the spread (BENCHMARKS.md, issue 15).
+    switch_interval: float = 0.0002
     on_event: Callable[[KeyEvent], None] | None = None
 
     def __post_init__(self) -> None:

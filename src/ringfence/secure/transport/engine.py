@@ -4,10 +4,12 @@ Torch-free on purpose: it moves and reduces bytes (``memoryview``) with a reduce
 so the protocol and its failure modes are tested without starting torch.
 
 Parallelism: the calling thread receives, decrypts and reduces; one sender thread per group seals
-and sends. Socket calls release the GIL and AES-GCM calls hold it, so with a spare core the kernel
-copy of chunk k runs while chunk k+1 is sealed; each send waits only for the one received chunk it
-forwards (a per-chunk dependency), which pipelines the ring across steps. Schedules of small records
-(at most ``_INLINE_MAX`` bytes each) skip the sender thread and run on the calling thread alone.
+and sends. Socket calls, AES-GCM (``cryptography`` 50 releases the GIL in ``encrypt_into`` and
+``decrypt_into``; ``benchmarks/bench_transport.py --aead-gil``) and numpy's reduction all release the
+GIL, so with a spare core chunk k is opened and reduced while chunk k+1 is sealed; each send waits only
+for the one received chunk it forwards (a per-chunk dependency), which pipelines the ring across steps.
+Schedules of small records (at most ``_INLINE_MAX`` bytes each) skip the sender thread and run on the
+calling thread alone.
 """
 
 from __future__ import annotations
@@ -220,7 +222,9 @@ class Group:
         self._scratch = memoryview(bytearray(config.chunk_bytes))
         if world > 1 and config.switch_interval and sys.getswitchinterval() > config.switch_interval:
             # The receive and send threads hand the GIL back and forth once per chunk; with CPython's
-            # default 5 ms switch interval a thread back from a socket call may wait that long.
+            # default 5 ms switch interval a thread back from a socket call may wait that long. Under
+            # load the 5 ms default was slightly ahead in an interleaved A/B (BENCHMARKS.md, issue 15,
+            # 2026-12-02: 13 and 12 of 18 paired repeats at 4 and 64 MiB), within the spread, so this stays.
             _SAVED_SWITCH.setdefault("interval", sys.getswitchinterval())
             sys.setswitchinterval(config.switch_interval)
         self._sender = _Sender(self)
