@@ -22,7 +22,6 @@ import pytest
 from ringfence.cli import main
 from ringfence.enforce.apply import apply_policy, rollback
 from ringfence.enforce.facts import load_containment_facts
-from ringfence.enforce.probe_matrix import listening_ports
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
@@ -31,6 +30,7 @@ from ringfence.lab.points import lab_inventory, lab_points
 from ringfence.secure import pki
 from ringfence.secure.layers import tls_run
 from ringfence.secure.layers.tls import identity_of
+from ringfence.targets.ops import listening_ports
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow, pytest.mark.alone]
 

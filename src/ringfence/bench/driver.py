@@ -29,6 +29,7 @@ from ringfence.bench.errors import BenchError
 from ringfence.bench.run import BenchConfig, BenchRun, Repeat, SizeResult, size_result_from_times
 from ringfence.bench.stats import DTYPES
 from ringfence.targets.interface import Executor
+from ringfence.targets.ops import listening_ports
 
 if TYPE_CHECKING:
     from ringfence.bench.launchers import Launch, Launcher, Stream
@@ -139,15 +140,29 @@ class Progress:
     result: SizeResult
 
 
-def _free_port(address: str) -> int:
-    # Only a loopback master can be probed from here; inside a namespace or on another host the port
-    # space is not ours to see, so a random high port (collisions are rare and fail loudly) is used.
+#: where the rendezvous is placed on a host whose ports are read over its executor: below the kernel's
+#: default ephemeral range (32768-60999), so an outgoing connection never holds it by chance
+RENDEZVOUS_PORTS = (29500, 32767)
+
+
+def _free_port(address: str, executor: Executor | None = None) -> int:
+    """A port for rank 0's rendezvous. On loopback the kernel picks one; elsewhere one of
+    :data:`RENDEZVOUS_PORTS` that nothing on rank 0's host listens on, read through its executor (a
+    training job's own rendezvous, 29500, is the likeliest collision); a random one of the range only
+    when the host's listeners cannot be read (a collision then fails loudly, EADDRINUSE)."""
     if address.startswith("127.") or address == "::1":
         with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as s:
             s.bind((address, 0))
             port: int = s.getsockname()[1]
             return port
-    return random.randint(29500, 32999)
+    busy = listening_ports(executor) if executor is not None else None
+    lo, hi = RENDEZVOUS_PORTS
+    if busy is not None:
+        free = [p for p in range(lo, hi + 1) if p not in busy]
+        if not free:
+            raise BenchError(f"every rendezvous port {lo}-{hi} is in use on {address}")
+        return random.choice(free)  # random among the free: two benchmarks started at once rarely clash
+    return random.randint(lo, hi)
 
 
 #: srun --label puts "N: " before each line of task N
@@ -207,7 +222,7 @@ def run_allreduce(
         raise BenchError("an all-reduce benchmark needs at least 2 ranks")
     chosen = make_launcher(launcher) if isinstance(launcher, str) else launcher
     master_addr = ranks[0].address
-    port = master_port or _free_port(master_addr)
+    port = master_port or _free_port(master_addr, ranks[0].executor)
     with tempfile.TemporaryDirectory(prefix="ringfence-bench-", dir=workdir) as tmp:
         launch = Launch(chosen.name, nodes=[r.node for r in ranks], interfaces=[r.interface or "" for r in ranks],
                         by_node={r.node: r.interface or "" for r in ranks})

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringfence.drill.interface import DrillError
-from ringfence.enforce.probe_matrix import listening_ports
 from ringfence.targets.interface import Site, TargetError
+from ringfence.targets.ops import listening_ports
 
 MODULE = "ringfence.secure.transport.peercheck"
 

@@ -59,13 +59,14 @@ from ringfence.drill._respond import respond
 from ringfence.drill.bystander import watch_bystander
 from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
 from ringfence.enforce.apply import FABRIC
-from ringfence.enforce.probe_matrix import denied_counters, listening_ports
+from ringfence.enforce.probe_matrix import denied_counters
 from ringfence.errors import RingfenceError
 from ringfence.evidence import RecordKind
 from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy
 from ringfence.policy.egress import Gateway, GatewayError, find_gateway
 from ringfence.policy.matrix import resolve
+from ringfence.targets.ops import listening_ports
 
 #: the checkpoint the node tries to stream (random bytes: 4 MiB is a shard of a real one, quick on a lab)
 CHECKPOINT_BYTES = 4 << 20

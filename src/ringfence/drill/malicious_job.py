@@ -48,11 +48,12 @@ from ringfence.drill._respond import respond
 from ringfence.drill.bystander import bystander_job, watch_bystander
 from ringfence.drill.interface import Attempt, DrillContext, DrillError, DrillReport
 from ringfence.enforce.apply import FABRIC
-from ringfence.enforce.probe_matrix import denied_counters, listening_ports
+from ringfence.enforce.probe_matrix import denied_counters
 from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.observe.flows.events.deploy import OBJECT_LOG
 from ringfence.policy import Policy
 from ringfence.policy.model import Job
+from ringfence.targets.ops import listening_ports
 
 #: ports of each bystander rank the scan connects to (the lowest of its collective range: the rendezvous first)
 SCAN_PER_RANK = 4

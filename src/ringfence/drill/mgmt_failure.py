@@ -48,7 +48,6 @@ from ringfence.enforce.probe_matrix import (
     ProbePlan,
     ProbeRun,
     gather_listening,
-    listening_ports,
     plan_probes,
     run_probes,
 )
@@ -56,6 +55,7 @@ from ringfence.evidence import RecordKind
 from ringfence.policy import Policy
 from ringfence.targets.cluster import steps_of
 from ringfence.targets.interface import Executor
+from ringfence.targets.ops import listening_ports
 
 SOURCE = "ringfence.drill.management-plane-failure"
 NAME = "management-plane-failure"

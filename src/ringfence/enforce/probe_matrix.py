@@ -41,29 +41,11 @@ from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy, Service
 from ringfence.policy.matrix import Matrix, ResolvedFlow, resolve
 from ringfence.targets.interface import Executor, TargetError
+from ringfence.targets.ops import listening_ports
 
 SOURCE = "enforce.probe"  # = ringfence.enforce.facts.PROBE_SOURCE
 #: Default probe timeout (s): far above a lab or data-centre round trip, short enough to keep runs quick.
 DEFAULT_TIMEOUT = 1.5
-
-_LISTEN_PY = r"""
-import json
-ports = set()
-for t in ("/proc/net/tcp", "/proc/net/tcp6"):
-    try:
-        rows = open(t).read().splitlines()[1:]
-    except OSError:
-        continue
-    for r in rows:
-        f = r.split()
-        if len(f) > 3 and f[3] == "0A":
-            addr, port = f[1].rsplit(":", 1)
-            # a socket bound to loopback (a local proxy's listener) cannot be reached from another node
-            if addr in ("0100007F", "00000000000000000000000001000000"):
-                continue
-            ports.add(int(port, 16))
-print(json.dumps(sorted(ports)))
-"""
 
 Progress = Callable[[str], None]
 DeniedKey = tuple[str, str, str, int, int]  # saddr, daddr, proto, sport, dport
@@ -117,20 +99,6 @@ def behaviour_failed(result: ProbeResult) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ gathering
-
-
-def listening_ports(executor: Executor) -> frozenset[int] | None:
-    """TCP ports in LISTEN state on ``executor``'s host (read from /proc, no traffic); None if unreadable."""
-    try:
-        res = executor.run(["python3", "-c", _LISTEN_PY], timeout=30)
-    except TargetError:
-        return None  # unreachable: whether anything listens there is unknown
-    if res.returncode != 0 or res.timed_out:
-        return None
-    try:
-        return frozenset(int(p) for p in json.loads(res.stdout))
-    except (ValueError, TypeError):
-        return None
 
 
 def denied_counters(points: Mapping[str, Executor]) -> dict[str, dict[DeniedKey, int]]:
@@ -469,7 +437,6 @@ __all__ = [
     "behaviour_failed",
     "denied_counters",
     "gather_listening",
-    "listening_ports",
     "plan_probes",
     "probe_policy",
     "run_probes",

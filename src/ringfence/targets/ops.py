@@ -13,6 +13,7 @@ is signalled, since ``setsid`` made it a group leader: the children it started e
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -135,4 +136,39 @@ def wait_for_files(executor: Executor, paths: Sequence[str], *, seconds: float) 
     return res.stdout.decode(errors="replace").split()
 
 
-__all__ = ["alive", "read_file", "remove_tree", "start_daemon", "stop_daemons", "wait_for_files", "write_file"]
+_LISTEN_PY = r"""
+import json
+ports = set()
+for t in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = open(t).read().splitlines()[1:]
+    except OSError:
+        continue
+    for r in rows:
+        f = r.split()
+        if len(f) > 3 and f[3] == "0A":
+            addr, port = f[1].rsplit(":", 1)
+            # a socket bound to loopback (a local proxy's listener) cannot be reached from another node
+            if addr in ("0100007F", "00000000000000000000000001000000"):
+                continue
+            ports.add(int(port, 16))
+print(json.dumps(sorted(ports)))
+"""
+
+
+def listening_ports(executor: Executor) -> frozenset[int] | None:
+    """TCP ports in LISTEN state on ``executor``'s host (read from /proc, no traffic); None if unreadable."""
+    try:
+        res = executor.run(["python3", "-c", _LISTEN_PY], timeout=30)
+    except TargetError:
+        return None  # unreachable: whether anything listens there is unknown
+    if res.returncode != 0 or res.timed_out:
+        return None
+    try:
+        return frozenset(int(p) for p in json.loads(res.stdout))
+    except (ValueError, TypeError):
+        return None
+
+
+__all__ = ["alive", "listening_ports", "read_file", "remove_tree", "start_daemon", "stop_daemons", "wait_for_files",
+           "write_file"]
