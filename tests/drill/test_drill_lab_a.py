@@ -118,42 +118,33 @@ def test_after_apply_both_drills_are_stopped_detected_and_contained(lab: Lab, tm
         rollback(points, store, target=target)
 
 
-def test_over_ssh_alone_both_drills_pass_as_they_do_on_the_lab(lab: Lab, tmp_path: Path) -> None:
-    """The same two drills, driven only through SSH sessions from the jump node (``lab hosts`` gives every node
-    and the fabric an sshd), the policy applied over SSH too: the drill on the lab is the drill on a cluster."""
+def test_over_ssh_alone_the_exfiltration_drill_passes_as_it_does_on_the_lab(lab: Lab, tmp_path: Path) -> None:
+    """The same drill, driven only through SSH sessions from the jump node (``lab hosts`` gives every node and
+    the fabric an sshd), the policy applied over SSH too: the drill on the lab is the drill on a cluster. (One
+    scenario: each costs minutes over SSH on two shared cores; malicious-job passes the same way.)"""
     hosts, policy, store = tmp_path / "hosts.yaml", tmp_path / "policy.yaml", tmp_path / "evidence"
     assert main(["lab", "hosts", "--name", lab.name, "-o", str(hosts)]) == 0
     policy.write_text(lab.policy_yaml())  # now with the administrators' SSH paths from the jump node
     ssh = ["--target", "ssh", "--hosts", str(hosts)]
     assert main(["apply", str(policy), *ssh, "--evidence", str(store), "--approved-by", "cab"]) == 0
     try:
-        run = ["drill", "run", *ssh, "--policy", str(policy), "--store", str(store),
-               # the hosts share the lab's filesystem: each keeps its telemetry in a directory of its own
-               "--telemetry-dir", f"{lab.telemetry_dir}/{{host}}"]
-        code = main([*run[:2], "malicious-job", *run[2:], "-o", str(tmp_path / "mj.json")])
-        mj = json.loads((tmp_path / "mj.json").read_text())
-        assert mj["target"] == f"ssh:{hosts}", _brief(mj)
-        steps = {a["step"]: a for a in mj["attempts"]}
-        assert set(steps) == {"scan-ranks", "read-dataset", "ssh-mgmt"}
-        assert all(a["got_through"] is False and a["detected"] is True for a in steps.values()), _brief(mj)
-        assert "dropped by policy (denied@" in steps["scan-ranks"]["stopped_by"], _brief(mj)
-        assert all("job train-b (spiffe://lab/job/train-b)" in a["detection"] for a in steps.values()), _brief(mj)
-        assert mj["contained"] is True and mj["bystander"]["within_budget"] is True, _brief(mj)
-        assert mj["verdict"] == "pass" and code == 0, _brief(mj)
-
-        code = main([*run[:2], "exfiltration", *run[2:], "-o", str(tmp_path / "ex.json")])
+        # the hosts share the lab's filesystem: each keeps its telemetry in a directory of its own
+        code = main(["drill", "run", "exfiltration", *ssh, "--policy", str(policy), "--store", str(store),
+                     "--telemetry-dir", f"{lab.telemetry_dir}/{{host}}", "-o", str(tmp_path / "ex.json")])
         ex = json.loads((tmp_path / "ex.json").read_text())
+        assert ex["target"] == f"ssh:{hosts}", _brief(ex)
         direct, gateway = (next(a for a in ex["attempts"] if a["step"] == s)
                            for s in ("exfil-direct", "exfil-egress-gateway"))
         # both paths dropped by policy, detected in the NFLOG telemetry read over SSH with the node's identity,
-        # 0 bytes out in the SSH site's own capture; a rank with approved peers is contained at its own ruleset
-        # AND at the fabric — what a one-job lab cannot show (tests/targets/test_ssh_contain_lab.py)
+        # 0 bytes out in the SSH site's own capture; the last rank of train-b is contained at its own ruleset
+        # AND at the fabric (lifted on its own approved paths) — what a one-job lab cannot show
         for a in (direct, gateway):
             assert a["got_through"] is False and a["detected"] is True and a["bytes_out"] == 0, _brief(ex)
             assert "worker-3 (10.77.1.13)" in a["detection"], _brief(ex)
+        assert "dropped by policy (denied@" in direct["stopped_by"], _brief(ex)
         assert "mgmt (10.77.3.10:8888)" in gateway["target"], _brief(ex)
-        assert ex["contained"] is True and ex["bystander"]["job"] == "train-a", _brief(ex)
-        assert ex["bystander"]["within_budget"] is True, _brief(ex)
+        assert ex["contained"] is True and "at node, fabric" in ex["containment"], _brief(ex)
+        assert ex["bystander"]["job"] == "train-a" and ex["bystander"]["within_budget"] is True, _brief(ex)
         assert ex["verdict"] == "pass" and code == 0, _brief(ex)
         assert EvidenceStore.open(store).verify().ok
     finally:
