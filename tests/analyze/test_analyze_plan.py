@@ -105,7 +105,16 @@ def test_port_slots_alike_share_a_cell_and_classify_as_every_segment(monkeypatch
     assert len(set(plan.slot_rep)) < len(plan.slot_rep)  # the shortcut is in effect on this policy
     assert all(plan.slot_rep[r] == r for r in plan.slot_rep)  # a representative stands for itself
     merged = _results(SMALL)
+    # the long way: a cell per segment, found by the balanced tree alone (no equality tests first)
     monkeypatch.setattr(plan_mod, "_slot_representatives", lambda nseg, rules, svc: tuple(range(3 * nseg)))
+    monkeypatch.setattr(plan_mod, "POINT_LIMIT", 0)
     fresh = SMALL.model_copy()
-    assert compile_plan(fresh).slot_rep == tuple(range(3 * plan.segments.count))
+    long_way = compile_plan(fresh)
+    assert long_way.slot_rep == tuple(range(3 * plan.segments.count))
+    assert " WHEN 22 THEN " not in long_way.port_cell_sql("p", "d")
     assert _results(fresh) == merged
+
+
+def test_single_ports_are_tested_before_the_tree() -> None:
+    sql = compile_plan(SMALL).port_cell_sql("p", "d")
+    assert "(CASE coalesce(d, 0) WHEN 22 THEN" in sql  # mgmt-ssh's port, between two wider runs
