@@ -71,7 +71,10 @@ FROM rf_j AS j {svc_join} LEFT JOIN rf_cells AS c ON c.key = j.rf_key"""
         addresses outside the inventory and ``by``; the classification is looked up for the groups, not
         for every flow — what keeps 10 M flows near a bare join + group-by. Addresses outside the
         inventory get their CIDR class after that first group-by, so their text is parsed once per group
-        rather than once per flow (measured: that parse was ~40 % of the matrix's CPU time).
+        rather than once per flow (measured: that parse was ~40 % of the matrix's CPU time). Where the plan
+        lists every address its IPv4 CIDR selectors cover (:attr:`Plan.v4_enumerated`) the address join alone
+        classifies them and that text key is left out; port slots no rule tells apart share one cell
+        (:attr:`Plan.slot_rep`), so the groups are the cells that differ.
         ``aggregates`` are (SQL over source columns, name) and must be re-aggregatable by ``sum``.
         """
         plan = self.plan

@@ -168,6 +168,11 @@ class Plan:
     v4_src_classes: tuple[int, ...]  # source class of each IPv4 segment
     v4_dst_classes: tuple[int, ...]
     class_zones: pa.Table  # side ("src"/"dst"), class → zone (classes of the inventory only)
+    #: Every IPv4 address a CIDR selector gives a class is a row of ``addresses`` (the selectors cover at
+    #: most ``ENUMERATE_LIMIT`` addresses): the address join alone classifies them, nothing is parsed.
+    v4_enumerated: bool = False
+    #: (bucket * segments + segment) → the first such slot that every cell and service treats alike
+    slot_rep: tuple[int, ...] = ()
 
     @property
     def per_dst(self) -> int:
@@ -180,15 +185,53 @@ class Plan:
         return self.n_dst_classes * self.per_dst
 
     def port_cell_sql(self, proto: str, port: str) -> str:
-        """SQL: ``bucket * segments + segment`` of a flow — with ``sbase + dbase`` its ``cells`` key
-        (and with ``dbase`` alone its ``services`` key). Additions only, per flow."""
-        seg = self.segments.sql(f"coalesce({port}, 0)")
+        """SQL: the port cell of a flow — ``bucket * segments + segment`` of the first (bucket, segment) that no
+        cell, rule, service or job tells apart from the flow's own (:attr:`slot_rep`) — with ``sbase + dbase``
+        its ``cells`` key (and with ``dbase`` alone its ``services`` key). Additions only, per flow.
+
+        Mapping to the representative keeps the first group-by at the cells that differ (ephemeral ports of
+        an unapproved pair are one group, not one per segment they cross) and lets a CASE tree stop early:
+        runs of segments with one representative are one leaf, a bucket whose segments are all alike a
+        constant."""
+        p = f"coalesce({port}, 0)"
         n = self.segments.count
-        return f"(CASE {proto} WHEN 6 THEN {seg} WHEN 17 THEN {n} + {seg} ELSE {2 * n} + {seg} END)"
+        trees = [self._bucket_sql(p, self.slot_rep[b * n : (b + 1) * n]) for b in range(3)]
+        if trees[1] == trees[2]:
+            return f"(CASE WHEN {proto} = 6 THEN {trees[0]} ELSE {trees[1]} END)" if trees[0] != trees[1] else trees[0]
+        return f"(CASE {proto} WHEN 6 THEN {trees[0]} WHEN 17 THEN {trees[1]} ELSE {trees[2]} END)"
+
+    def _bucket_sql(self, port: str, reps: tuple[int, ...]) -> str:
+        """One bucket's cell: runs of segments with one representative are one leaf of a balanced CASE tree;
+        up to ``POINT_LIMIT`` single-port runs (a service's port, a rule's) are tested for equality first and
+        the tree is built over the rest (measured: 0.16 s instead of 0.23 s per 10 M flows on the benchmark's
+        policy, one thread — a wide run no longer needs a comparison per level)."""
+        runs: list[tuple[int, int, int]] = []  # (first port, last port, representative)
+        for seg, rep in enumerate(reps):
+            lo, hi = self.segments.bounds(seg)
+            if runs and runs[-1][2] == rep:
+                runs[-1] = (runs[-1][0], hi, rep)
+            else:
+                runs.append((lo, hi, rep))
+        # not the first or last run: a port outside 0-65535 falls into those through the tree's comparisons
+        points = [r for r in runs[1:-1] if r[0] == r[1]]
+        if not points or len(points) > POINT_LIMIT:
+            points = []
+        rest: list[tuple[int, int, int]] = []
+        for run in runs:
+            if run in points or (rest and rest[-1][2] == run[2]):
+                rest[-1] = (rest[-1][0], run[1], rest[-1][2])  # a point's port is caught before the tree
+            else:
+                rest.append(run)
+        tree = bisect_sql(port, tuple(r[0] for r in rest), tuple(r[2] for r in rest))
+        if not points:
+            return tree
+        whens = " ".join(f"WHEN {lo} THEN {rep}" for lo, _, rep in points)
+        return f"(CASE {port} {whens} ELSE {tree} END)"
 
     def needs_v4_lookup(self, *, dst: bool) -> bool:
-        """Whether an IPv4 CIDR selector can give an address outside the inventory a class."""
-        return any(self.v4_dst_classes if dst else self.v4_src_classes)
+        """Whether an IPv4 CIDR selector can give an address outside ``addresses`` a class (then the address
+        text must be parsed in SQL: :meth:`ipv4_sql`, :meth:`v4_class_sql`)."""
+        return not self.v4_enumerated and any(self.v4_dst_classes if dst else self.v4_src_classes)
 
     @staticmethod
     def ipv4_sql(address: str) -> str:
@@ -238,6 +281,14 @@ CELL_SCHEMA = pa.schema(
 CLASS_ZONE_SCHEMA = pa.schema([("side", pa.string()), ("class", pa.int32()), ("zone", pa.string())])
 #: Above this many rows, services stay in their own lookup instead of being folded into ``cells``.
 MERGE_LIMIT = 2_000_000
+#: IPv4 CIDR selectors covering at most this many addresses (all of them together, e.g. a /16 or 256 /24s) have
+#: each address listed in ``addresses``: an address join then classifies a flow to one of them exactly, and the
+#: matrix's first group-by needs no text key for addresses outside the inventory (measured: that key cost
+#: ~0.15x the bare join on 10 M flows). Wider selectors (``0.0.0.0/0``) keep the parse-after-grouping path.
+ENUMERATE_LIMIT = 65_536
+#: At most this many single-port runs of a bucket are tested by equality before its CASE tree (a chain of
+#: equalities costs a comparison each for the rows that match none).
+POINT_LIMIT = 8
 
 _SrcClasses = dict[tuple[frozenset[str], tuple[str, ...]], int]
 _DstClasses = dict[tuple[frozenset[str], tuple[str, ...], tuple[_ServiceShape, ...]], int]
@@ -318,6 +369,8 @@ def compile_plan(policy: Policy, extra: Iterable[Principal] = ()) -> Plan:
     v4_src = tuple(src_classes.setdefault((k, ()), len(src_classes)) for k, _ in v4_keys)
     v4_dst = tuple(dst_classes.setdefault((k, (), ()), len(dst_classes)) for _, k in v4_keys)
 
+    enumerated = _enumerate_v4(cols, principals, v4_cuts, v4_src, v4_dst)
+
     svc_cells = _service_cells(segs, dst_classes)
     rules = _rule_cells(policy, segs, ranges, src_classes, dst_classes, svc_cells)
     merged = len(src_classes) * len(svc_cells) <= MERGE_LIMIT
@@ -364,7 +417,51 @@ def compile_plan(policy: Policy, extra: Iterable[Principal] = ()) -> Plan:
                 zone_rows["class"].append(klass)
                 zone_rows["zone"].append(in_zone)
     class_zones = pa.Table.from_pydict(zone_rows, schema=CLASS_ZONE_SCHEMA)
-    return Plan(addresses, svc_table, cells, segs, ndc, merged, v4_cuts, v4_src, v4_dst, class_zones)
+    reps = _slot_representatives(nseg, rules, svc_cells)
+    return Plan(addresses, svc_table, cells, segs, ndc, merged, v4_cuts, v4_src, v4_dst, class_zones, enumerated, reps)
+
+
+def _slot_representatives(
+    nseg: int, rules: dict[_Cell, tuple[int | None, int | None]], svc_cells: _SvcCells
+) -> tuple[int, ...]:
+    """Per (bucket, segment) slot, the first slot with the same rules, shared jobs and services for every
+    (source class, destination class): what a flow's port is classified by is the same at both, so the
+    cells and service tables hold the same rows at both and either key finds the same classification."""
+    sig: dict[int, set[tuple[object, ...]]] = {}
+    for (sc, dc, b, seg), (hit, shared) in rules.items():
+        sig.setdefault(b * nseg + seg, set()).add(("r", sc, dc, hit, shared))
+    for (dc, b, seg), cls in svc_cells.items():
+        sig.setdefault(b * nseg + seg, set()).add(("s", dc, cls))
+    first: dict[frozenset[tuple[object, ...]], int] = {}
+    return tuple(first.setdefault(frozenset(sig.get(slot, ())), slot) for slot in range(3 * nseg))
+
+
+def _enumerate_v4(
+    cols: dict[str, list[object]],
+    principals: dict[Principal, None],
+    cuts: tuple[int, ...],
+    src: tuple[int, ...],
+    dst: tuple[int, ...],
+) -> bool:
+    """Add a row to ``cols`` for every IPv4 address a CIDR selector classifies that is not a principal already
+    (its classes are its segment's), when they are at most ``ENUMERATE_LIMIT``; whether they were.
+
+    The text is the canonical dotted quad (``inet_ntoa``), the one form :meth:`Plan.ipv4_sql` accepts, so the
+    equality join classifies exactly the addresses the parse would."""
+    segments = [k for k in range(len(cuts) - 1) if src[k] or dst[k]]
+    if sum(cuts[k + 1] - cuts[k] for k in segments) > ENUMERATE_LIMIT:
+        return False
+    for k in segments:
+        for value in range(cuts[k], cuts[k + 1]):
+            address = socket.inet_ntoa(value.to_bytes(4, "big"))
+            if (address, "") in principals:
+                continue  # an inventory address: its row already has its CIDR keys (see _Inventory.keys)
+            for name, item in (
+                ("address", address), ("ident", ""), ("node", None), ("zone", None), ("trust", None),
+                ("job", None), ("sc", src[k]), ("dc", dst[k]),
+            ):  # fmt: skip
+                cols[name].append(item)
+    return True
 
 
 def _shape(policy: Policy, si: int) -> _ServiceShape:
@@ -447,6 +544,7 @@ __all__ = [
     "BUCKET_UDP",
     "CELL_SCHEMA",
     "CLASS_ZONE_SCHEMA",
+    "ENUMERATE_LIMIT",
     "MERGE_LIMIT",
     "SERVICE_SCHEMA",
     "Plan",
