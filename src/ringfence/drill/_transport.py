@@ -44,6 +44,7 @@ class Handshake:
     thief: dict[str, Any]
     listener: str
     port: int
+    fingerprint: str  # the presented credential's certificate (``sha256:<hex>``)
 
     @property
     def accepted(self) -> bool:
@@ -52,8 +53,10 @@ class Handshake:
 
     @property
     def refused_as_revoked(self) -> bool:
-        """The honest rank refused it *because it is revoked* (not for a timeout or another reason)."""
-        return self.honest.get("ok") is False and "is revoked" in str(self.honest.get("error") or "")
+        """The honest rank refused *this* certificate because it is revoked — not for a timeout, another reason,
+        or its own certificate being revoked (that refusal names the honest rank's fingerprint, not this one)."""
+        error = str(self.honest.get("error") or "")
+        return self.honest.get("ok") is False and f"({self.fingerprint}) is revoked" in error
 
 
 def free_port(site: Site, node: str, ports: tuple[int, int]) -> int:
@@ -95,9 +98,10 @@ def _outcome(site: Site, side: Side, argv: Sequence[str], env: dict[str, str], t
     return out if isinstance(out, dict) else {"ok": None, "error": f"{side.node}: unreadable outcome"}
 
 
-def handshake(site: Site, honest: Side, thief: Side, *, world: int, ports: tuple[int, int],
+def handshake(site: Site, honest: Side, thief: Side, *, world: int, ports: tuple[int, int], fingerprint: str,
               timeout: float = 15.0) -> Handshake:
-    """Run one handshake between ``honest`` and ``thief`` (the lower rank listens) and return both outcomes."""
+    """Run one handshake between ``honest`` and ``thief`` (the lower rank listens), ``fingerprint`` being the
+    thief's certificate, and return both outcomes."""
     if honest.rank == thief.rank:
         raise DrillError(f"the honest rank and the credential's rank are both {honest.rank}")
     low, high = sorted((honest, thief), key=lambda s: s.rank)
@@ -110,8 +114,8 @@ def handshake(site: Site, honest: Side, thief: Side, *, world: int, ports: tuple
         fa = pool.submit(_outcome, site, low, acc[0], acc[1], timeout + 30)
         fc = pool.submit(_outcome, site, high, con[0], con[1], timeout + 30)
         got_low, got_high = fa.result(), fc.result()
-    return (Handshake(got_low, got_high, low.node, port) if low is honest
-            else Handshake(got_high, got_low, low.node, port))
+    return (Handshake(got_low, got_high, low.node, port, fingerprint) if low is honest
+            else Handshake(got_high, got_low, low.node, port, fingerprint))
 
 
 __all__ = ["MODULE", "Handshake", "Side", "free_port", "handshake"]

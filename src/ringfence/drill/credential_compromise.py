@@ -259,7 +259,7 @@ class CredentialCompromise:
                                              str(pdir / "ca" / "revoked.txt")),
                              _transport.Side(victim, rank, str(stolen)))
                     tls_run.push_credential(Runtime(site, state), victim, stolen)
-                    before = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides,
+                    before = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides, fp,
                                              "control-transport", rec)
                 if not all(control.values()):
                     # the copy was not accepted even where it is bound: a refusal at the gate proved nothing
@@ -276,7 +276,7 @@ class CredentialCompromise:
                 replay = [_replayed(ctx.policy, c, all(control.values()), report) for c in _refusals(report)]
                 attempts += replay
                 if sides is not None:
-                    after = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides,
+                    after = self._handshake(ctx, site, spec.collective_range, len(spec.members), sides, fp,
                                             "revoked-cert-transport", rec)
                     attempts.append(_transport_attempt(ctx.policy, job, sides, before, after, report,
                                                        evidence[-1]))
@@ -333,10 +333,12 @@ class CredentialCompromise:
 
     @staticmethod
     def _handshake(ctx: DrillContext, site: Site, ports: tuple[int, int], world: int,
-                   sides: tuple[_transport.Side, _transport.Side], step: str, rec: _Rec) -> _transport.Handshake:
-        """One transport handshake of the copy (``sides``: the honest rank, the copy's holder), recorded."""
+                   sides: tuple[_transport.Side, _transport.Side], fp: str, step: str,
+                   rec: _Rec) -> _transport.Handshake:
+        """One transport handshake of the copy ``fp`` (``sides``: the honest rank, the copy's holder), recorded."""
         honest, thief = sides
-        hs = _transport.handshake(site, honest, thief, world=world, ports=ports, timeout=ctx.timeout)
+        hs = _transport.handshake(site, honest, thief, world=world, ports=ports, fingerprint=fp,
+                                  timeout=ctx.timeout)
         rec(RecordKind.OBSERVATION, f"node {thief.node}", {
             "step": step, "peer": honest.node, "peer_rank": honest.rank, "rank": thief.rank, "port": hs.port,
             "listener": hs.listener, "honest": hs.honest, "holder": hs.thief, "accepted": hs.accepted,
