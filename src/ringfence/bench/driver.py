@@ -29,7 +29,7 @@ from ringfence.bench.errors import BenchError
 from ringfence.bench.run import BenchConfig, BenchRun, Repeat, SizeResult, size_result_from_times
 from ringfence.bench.stats import DTYPES
 from ringfence.targets.interface import Executor
-from ringfence.targets.ops import listening_ports
+from ringfence.targets.ops import free_ports
 
 if TYPE_CHECKING:
     from ringfence.bench.launchers import Launch, Launcher, Stream
@@ -155,10 +155,9 @@ def _free_port(address: str, executor: Executor | None = None) -> int:
             s.bind((address, 0))
             port: int = s.getsockname()[1]
             return port
-    busy = listening_ports(executor) if executor is not None else None
     lo, hi = RENDEZVOUS_PORTS
-    if busy is not None:
-        free = [p for p in range(lo, hi + 1) if p not in busy]
+    free = free_ports(executor, lo, hi) if executor is not None else None
+    if free is not None:
         if not free:
             raise BenchError(f"every rendezvous port {lo}-{hi} is in use on {address}")
         return random.choice(free)  # random among the free: two benchmarks started at once rarely clash

@@ -21,7 +21,7 @@ from typing import Any
 
 from ringfence.drill.interface import DrillError
 from ringfence.targets.interface import Site, TargetError
-from ringfence.targets.ops import listening_ports
+from ringfence.targets.ops import free_ports
 
 MODULE = "ringfence.secure.transport.peercheck"
 
@@ -61,14 +61,13 @@ class Handshake:
 
 def free_port(site: Site, node: str, ports: tuple[int, int]) -> int:
     """A port of ``ports`` nothing on ``node`` listens on (from the top of the range, where services rarely are)."""
-    busy = listening_ports(site.executor(node))
-    if busy is None:
-        raise DrillError(f"cannot read the listening ports of {node}: no transport handshake can be placed there")
     lo, hi = ports
-    for p in range(hi, lo - 1, -1):
-        if p not in busy:
-            return p
-    raise DrillError(f"every port of {lo}-{hi} is in use on {node}")
+    free = free_ports(site.executor(node), lo, hi)
+    if free is None:
+        raise DrillError(f"cannot read the listening ports of {node}: no transport handshake can be placed there")
+    if not free:
+        raise DrillError(f"every port of {lo}-{hi} is in use on {node}")
+    return free[-1]
 
 
 def _argv(site: Site, side: Side, role: str, *, world: int, group: str, port: int, peer: Side,

@@ -170,5 +170,11 @@ def listening_ports(executor: Executor) -> frozenset[int] | None:
         return None
 
 
-__all__ = ["alive", "listening_ports", "read_file", "remove_tree", "start_daemon", "stop_daemons", "wait_for_files",
-           "write_file"]
+def free_ports(executor: Executor, lo: int, hi: int) -> list[int] | None:
+    """The ports of ``lo``-``hi`` nothing on ``executor``'s host listens on, ascending; None if unreadable."""
+    busy = listening_ports(executor)
+    return None if busy is None else [p for p in range(lo, hi + 1) if p not in busy]
+
+
+__all__ = ["alive", "free_ports", "listening_ports", "read_file", "remove_tree", "start_daemon", "stop_daemons",
+           "wait_for_files", "write_file"]
