@@ -25,6 +25,7 @@ from ringfence.lab import Lab
 from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_fabric_ports, lab_inventory, lab_points
 from ringfence.policy import Policy, load_policy, parse_policy
+from ringfence.targets.ops import listening_ports
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -62,6 +63,15 @@ def test_matrix_proves_both_sides_and_jobs_are_separated(enforced: tuple[Lab, Po
     for src in ("user", "aux", "worker-0"):
         r = by[(src, "mgmt:22", "deny")]
         assert r.by_policy is True and r.rule and r.rule.startswith(f"denied@{src}/"), r
+    # srun on the submit host listens only while a step runs: a stand-in on a port of its range shows both
+    # sides (the job's ranks connect; another zone's node is dropped by policy on its way to it) — and is gone
+    stood = [r for r in run.results if "stand-in listener on mgmt:" in r.detail]
+    assert {r.expected for r in stood} == {"allow", "deny"}, [(r.source, r.destination, r.detail) for r in stood]
+    assert all(r.outcome == "connected" for r in stood if r.expected == "allow")
+    assert all(r.by_policy is True for r in stood if r.expected == "deny")
+    port = int(stood[0].destination.rsplit(":", 1)[1])
+    assert store.get(run.evidence).data["stand_ins"][0]["port"] == port
+    assert port not in (listening_ports(lab_points(lab)["mgmt"]) or frozenset())
     facts = Facts(probes=run.results)
     for control in (admin_paths, training_traffic):
         verdicts = {f.verdict for f in control.evaluate(policy, facts) if f.subject.startswith("probe ")}

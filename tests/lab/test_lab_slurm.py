@@ -143,7 +143,8 @@ def _naming(directory: str) -> list[str]:
     return out
 
 
-def test_under_its_policy_slurm_runs_jobs_lateral_rpcs_are_dropped_and_lab_down_leaves_nothing() -> None:
+def test_under_its_policy_slurm_runs_jobs_lateral_rpcs_are_dropped_and_lab_down_leaves_nothing(
+        tmp_path: Path) -> None:
     """One enforced Slurm lab (its policy approves the scheduler's own paths, class management): a job
     submitted after ``apply`` is scheduled, its ranks start and train; aux's RPCs to a slurmd and to slurmctld
     are dropped by the policy (timeout, and the drop counter of exactly that probe moved). Then a policy
@@ -189,6 +190,15 @@ def test_under_its_policy_slurm_runs_jobs_lateral_rpcs_are_dropped_and_lab_down_
         running = [s for s in squeue_spans(lab.site().host("mgmt")) if s.name == job.name and s.end is None]
         assert len(running) == 1 and running[0].nodes == tuple(sorted(job.members)), running
         took = time.monotonic() - t0
+        # permitted too: a benchmark launched by srun on the submit host (mgmt); its ranks' slurmstepd answer
+        # that srun on mgmt's SrunPortRange (train-a-slurm-submit-io), which the policy approves
+        out = tmp_path / "srun-enforced.json"
+        assert main(["bench", "allreduce", "--target", "lab", "--lab", lab.name, "--nodes", "worker-0,worker-1",
+                     "--launcher", "srun", "--submit-host", "mgmt", "--sizes", "1M", "--warmup", "1", "--iters",
+                     "3", "--repeats", "1", "--timeout", "180", "-o", str(out)]) == 0
+        bench = json.loads(out.read_text())
+        assert bench["launch"]["launcher"] == "srun" and bench["launch"]["submit_host"] == "mgmt"
+        assert all(r["busbw"] > 0 and r["wrong"] == 0 for rep in bench["repeats"] for r in rep["results"])
         # denied: a Slurm RPC from a node the policy does not approve (aux, the workload zone's telemetry pod)
         w0, mgmt = lab.topology.address("worker-0"), lab.topology.address("mgmt")
         assert tcp_probe(points["mgmt"], w0, sched.SLURMD_PORT).outcome == "connected"

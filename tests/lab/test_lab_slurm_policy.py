@@ -39,10 +39,11 @@ def test_the_daemons_are_management_services_of_application_slurm(policy: Policy
         "worker-0-slurmd": ("worker-0", (slurm.SLURMD_PORT, slurm.SLURMD_PORT)),
         "worker-1-slurmd": ("worker-1", (slurm.SLURMD_PORT, slurm.SLURMD_PORT)),
         "worker-0-srun": ("worker-0", (SRUN_LO, SRUN_HI)),  # the batch step (and its srun) runs on worker-0
+        "mgmt-srun": ("mgmt", (SRUN_LO, SRUN_HI)),  # an srun on the submit host (a benchmark's)
     }
     assert all(s.traffic_class.value == "management" for s in svc.values())
     slurm_flows = [f for f in policy.approved if "-slurm-" in f.id]
-    assert len(slurm_flows) == 5 and all(f.traffic_class.value == "management" and f.description
+    assert len(slurm_flows) == 6 and all(f.traffic_class.value == "management" and f.description
                                          for f in slurm_flows)
 
 
@@ -66,9 +67,11 @@ PATHS = [
     ("worker-1", "worker-0", SRUN_LO, "train-a-slurm-step-io"),
     ("worker-1", "worker-0", SRUN_HI, "train-a-slurm-step-io"),
     ("mgmt", "worker-0", SRUN_LO + 3, "train-a-slurm-ctld-srun"),
+    ("worker-0", "mgmt", SRUN_LO, "train-a-slurm-submit-io"),  # a step's ranks answer srun on the submit host
+    ("worker-1", "mgmt", SRUN_HI, "train-a-slurm-submit-io"),
     *((src, dst, port, None) for src in ("aux", "user", "jump", "storage", "external")
       for dst, port in (("worker-0", slurm.SLURMD_PORT), ("worker-1", slurm.SLURMD_PORT), ("mgmt", slurm.CTLD_PORT),
-                        ("worker-0", SRUN_LO))),
+                        ("worker-0", SRUN_LO), ("mgmt", SRUN_LO))),
     ("mgmt", "worker-1", SRUN_LO, None),  # no srun runs on worker-1: nothing is approved there
 ]
 

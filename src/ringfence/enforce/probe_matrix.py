@@ -36,6 +36,7 @@ from ringfence.enforce.apply import FABRIC
 from ringfence.enforce.nftables import TABLE
 from ringfence.enforce.nftrun import NftError
 from ringfence.enforce.probe import ProbeTarget, RawProbe, tcp_probes
+from ringfence.enforce.standin import StandIn, place
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.marks import LOCAL_PROXY_BYPASS
 from ringfence.policy import Policy, Service
@@ -306,7 +307,8 @@ def _run_batches(plan: Sequence[ProbeSpec], executors: Mapping[str, Executor], t
 
 
 def _judge(spec: ProbeSpec, raw: RawProbe, saddr: str, listening: frozenset[int] | None,
-           before: Mapping[str, Mapping[DeniedKey, int]], after: Mapping[str, Mapping[DeniedKey, int]]) -> ProbeResult:
+           before: Mapping[str, Mapping[DeniedKey, int]], after: Mapping[str, Mapping[DeniedKey, int]],
+           stand_in: StandIn | None = None) -> ProbeResult:
     dest = f"{spec.destination}:{spec.port}"
     if spec.expected == "allow":
         outcome, detail = raw.outcome, raw.detail
@@ -314,6 +316,8 @@ def _judge(spec: ProbeSpec, raw: RawProbe, saddr: str, listening: frozenset[int]
             outcome, detail = "error", f"connected, but the {spec.app} exchange failed: {raw.detail}"
         elif outcome == "connected" and spec.app:
             detail = f"{spec.app} answered {raw.detail}"
+        if stand_in is not None:
+            detail = f"{detail}; to a {stand_in.describe()}" if detail else f"to a {stand_in.describe()}"
         return ProbeResult(spec.source, dest, spec.proto, spec.port, "allow", outcome, None, detail, (), spec.rule)
     key: DeniedKey = (saddr, spec.host, spec.proto, raw.sport, spec.port)
     moved = {where: after[where][key] - before.get(where, {}).get(key, 0)
@@ -333,6 +337,8 @@ def _judge(spec: ProbeSpec, raw: RawProbe, saddr: str, listening: frozenset[int]
     else:
         proven = True
         detail = f"{raw.outcome}; {dest} listens; dropped by policy ({rule})"
+    if stand_in is not None:
+        detail = f"{detail}; to a {stand_in.describe()}"
     return ProbeResult(spec.source, dest, spec.proto, spec.port, "deny", raw.outcome, proven,
                        f"{detail} [{spec.why}]" if spec.why else detail, (), rule)
 
@@ -348,16 +354,23 @@ def gather_listening(executors: Mapping[str, Executor], nodes: Collection[str]) 
 def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], store: EvidenceStore, *,
                target: str, listening: Mapping[str, frozenset[int] | None] | None = None,
                timeout: float = DEFAULT_TIMEOUT, progress: Progress | None = None,
-               plan_record: Mapping[str, Any] | None = None) -> ProbeRun:
+               plan_record: Mapping[str, Any] | None = None, stand_ins: Sequence[StandIn] = (),
+               stand_in_failures: Sequence[str] = ()) -> ProbeRun:
     """Run ``plan`` through ``points`` (node name → executor, plus ``fabric``), prove the denials, record it all.
 
     ``listening`` (node → ports) is read again from every destination when not given. One observation
     record (source ``enforce.probe``) holds every result and the counters that moved; each result's
     ``evidence`` names it. ``plan_record`` (how the probes were chosen: for a class plan, every class and
-    its sample size) is kept in it under ``plan``.
+    its sample size) is kept in it under ``plan``. ``stand_ins`` (listening while the probes run, see
+    :mod:`ringfence.enforce.standin`) are named in the detail of every probe to them and in the record;
+    a probe to one carries no application greeting (a stand-in only accepts).
     """
     say = progress or (lambda _msg: None)
     started = time.monotonic()
+    standing = {(s.node, s.port): s for s in stand_ins}
+    if standing:
+        plan = ProbePlan(tuple(dataclasses.replace(p, app="") if (p.destination, p.port) in standing else p
+                               for p in plan.probes), plan.skipped)
     addrs = {n.name: n.addresses[0] for n in policy.nodes}
     dests = sorted({p.destination for p in plan.probes})
     listen = dict(listening) if listening is not None else gather_listening(points, dests)
@@ -368,7 +381,8 @@ def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], 
     say(f"running {len(plan.probes)} probe(s) from {len({p.source for p in plan.probes})} source(s)")
     raws = _run_batches(plan.probes, points, timeout, say)
     after = denied_counters(points)
-    results = [_judge(p, raws[i], addrs.get(p.source, ""), listen.get(p.destination), before, after)
+    results = [_judge(p, raws[i], addrs.get(p.source, ""), listen.get(p.destination), before, after,
+                      standing.get((p.destination, p.port)))
                for i, p in enumerate(plan.probes)]
     seconds = time.monotonic() - started
     listed = {n: tuple(sorted(v)) if v is not None else None for n, v in listen.items()}
@@ -376,7 +390,9 @@ def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], 
         "target": target, "cluster": policy.cluster, "timeout": timeout, "seconds": round(seconds, 3),
         "probes": [dict(dataclasses.asdict(r), why=p.why, sport=raws[i].sport)
                    for i, (r, p) in enumerate(zip(results, plan.probes, strict=True))],
-        "skipped": list(plan.skipped), "listening": {n: list(v) if v is not None else None for n, v in listed.items()},
+        "skipped": [*plan.skipped, *stand_in_failures],
+        "stand_ins": [dataclasses.asdict(x) | {"detail": x.describe()} for x in stand_ins],
+        "listening": {n: list(v) if v is not None else None for n, v in listed.items()},
         "failures": sum(1 for r in results if behaviour_failed(r)),
         "plan": dict(plan_record) if plan_record is not None else {"mode": "pairs"},
     }
@@ -410,21 +426,28 @@ def probe_policy(policy: Policy, points: Mapping[str, Executor], store: Evidence
     nodes = [n.name for n in policy.nodes]
     say(f"reading listening ports on {len(nodes)} node(s)")
     listening = gather_listening(points, nodes)
-    seen = {n: v for n, v in listening.items() if v is not None}
-    record: dict[str, Any] | None = None
-    if chosen is PlanMode.CLASSES:
-        plan, fleet = class_probe_plan(policy, seen, sample=sample or DEFAULT_SAMPLE,
-                                       reachable={n for n in nodes if n in points})
-        record = class_record(fleet)
-        for line in describe(fleet):
-            say(line)
-    else:
-        plan = plan_probes(policy, seen, sources=[n for n in nodes if n in points])
-        say(f"plan: all pairs, {len(plan.probes)} probe(s)")
-    if extra:
-        plan = ProbePlan(plan.probes + tuple(extra), plan.skipped)
-    return run_probes(policy, plan, points, store, target=target, listening=listening, timeout=timeout,
-                      progress=progress, plan_record=record)
+    # a range service that listens only while it works (srun's SrunPortRange) gets a stand-in while the
+    # probes run, so both sides of its path are shown rather than left to a closed or silent port
+    stand = place(policy, {n: ex for n, ex in points.items() if n in listening}, listening, progress=say)
+    try:
+        seen = {n: v for n, v in listening.items() if v is not None}
+        record: dict[str, Any] | None = None
+        if chosen is PlanMode.CLASSES:
+            plan, fleet = class_probe_plan(policy, seen, sample=sample or DEFAULT_SAMPLE,
+                                           reachable={n for n in nodes if n in points})
+            record = class_record(fleet)
+            for line in describe(fleet):
+                say(line)
+        else:
+            plan = plan_probes(policy, seen, sources=[n for n in nodes if n in points])
+            say(f"plan: all pairs, {len(plan.probes)} probe(s)")
+        if extra:
+            plan = ProbePlan(plan.probes + tuple(extra), plan.skipped)
+        return run_probes(policy, plan, points, store, target=target, listening=listening, timeout=timeout,
+                          progress=progress, plan_record=record, stand_ins=stand.placed,
+                          stand_in_failures=stand.failed)
+    finally:
+        stand.stop()
 
 
 __all__ = [

@@ -73,6 +73,8 @@ def _slurm_services(topo: Topology) -> list[str]:
               for w in topo.node_names() if w.startswith("worker-")]
     pairs += [[("name", _q(srun_service(j.members[0]))), ("node", _q(j.members[0])), ("port", _q(SRUN_PORTS))]
               for j in topo.jobs]
+    # and an srun on the submit host: the benchmark's (``bench allreduce --launcher srun --submit-host mgmt``)
+    pairs.append([("name", _q(srun_service("mgmt"))), ("node", _q("mgmt")), ("port", _q(SRUN_PORTS))])
     return [f"  - {_map([*p, ('class', _q('management')), ('application', _q('slurm'))])}" for p in pairs]
 
 
@@ -94,6 +96,9 @@ def _slurm_flows(topo: Topology) -> list[str]:
              "slurmstepd on every member returns launch replies, stdio and exit codes to srun"),
             (f"{j.name}-slurm-ctld-srun", '{node: "mgmt"}', srun, "",
              "slurmctld pings srun and tells it of the job's end"),
+            (f"{j.name}-slurm-submit-io", job, _map([("service", _q(srun_service("mgmt")))]), "",
+             "slurmstepd on every member returns a step's replies, stdio and exit codes to an srun on the "
+             "submit host (mgmt), e.g. a benchmark's ranks"),
         ]
         for fid, src, dst, ports, why in flows:
             out += [f"  - {{id: {_q(fid)}, from: {src}, to: {dst}, {ports}class: management,",
