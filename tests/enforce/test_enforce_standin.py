@@ -93,3 +93,31 @@ def test_a_stand_in_that_cannot_start_is_reported_and_not_counted_as_listening()
     stand.stop()
     assert stand.placed == [] and len(stand.failed) == 1 and "did not listen" in stand.failed[0], stand.failed
     assert hi not in (listening["mgmt"] or frozenset())
+
+
+def test_a_stand_in_ends_by_itself_once_the_run_that_started_it_is_killed(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from ringfence.enforce.standin import _STANDIN_PY
+
+    _lo, hi = _free_range()
+    # the killed run: a parent reading the stand-in's stdout, as an executor's run() does, then SIGKILLed
+    reader = "import subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)"
+    parent = subprocess.Popen([sys.executable, "-c", reader, sys.executable, "-c", _STANDIN_PY, str(hi),
+                               str(tmp_path / "never"), "600"])
+    try:
+        end = time.monotonic() + 30
+        while hi not in (listening_ports(LocalExecutor()) or frozenset()) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert hi in (listening_ports(LocalExecutor()) or frozenset())
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    end = time.monotonic() + 30  # its heartbeat breaks within a second or so; bounded by what is observed
+    while hi in (listening_ports(LocalExecutor()) or frozenset()) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert hi not in (listening_ports(LocalExecutor()) or frozenset())

@@ -13,8 +13,9 @@ A stand-in proves the enforcement path to the range — the rule that admits or 
 the service itself; the probe's record says so. It is never used for a single-port service, where a
 closed port is a finding of its own (the service the policy approves is not running).
 
-Clean-up is bounded by the stand-in itself: it ends when its stop file appears or when its own deadline
-passes, whichever is first, so a crashed run leaves nothing listening for longer than that deadline.
+Clean-up is bounded by the stand-in itself: it ends when its stop file appears, when the run that started
+it is gone (it writes a heartbeat to the pipe that run reads: a dead reader breaks it, in a lab namespace
+as over SSH, where sshd closes the session's pipes once the client dies), or when its own deadline passes.
 """
 
 from __future__ import annotations
@@ -43,15 +44,24 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", port))
 s.listen(128)
 print("listening", port, flush=True)
-accepted = 0
+accepted, beat = 0, time.monotonic()
 while time.monotonic() < deadline and not os.path.exists(stop):
     r, _, _ = select.select([s], [], [], 0.1)
     if r:
         c, _ = s.accept()
         accepted += 1
         c.close()
+    if time.monotonic() - beat > 1.0:  # the run that started it reads this; once it is gone, so is the stand-in
+        beat = time.monotonic()
+        try:
+            sys.stdout.write("."); sys.stdout.flush()
+        except (BrokenPipeError, OSError):
+            break
 s.close()
-print("accepted", accepted, flush=True)
+try:
+    print("accepted", accepted, flush=True)
+except (BrokenPipeError, OSError):
+    pass
 """
 
 
