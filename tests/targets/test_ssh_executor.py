@@ -72,3 +72,54 @@ def test_wrong_key_or_unknown_host_fails_loudly(lab: Lab, tmp_path: Path) -> Non
     unknown = SshExecutor(good.host, user=good.user, key=good.key, known_hosts=empty, prefix=prefix)
     with pytest.raises(TargetError, match="[Hh]ost key"):
         unknown.run(["true"])
+
+
+def _accepted(lab: Lab) -> int:
+    """SSH connections mgmt's sshd has accepted so far (its log, LogLevel INFO)."""
+    log = lab.paths.log_dir / "mgmt-sshd.log"
+    return log.read_text(errors="replace").count("Accepted publickey") if log.exists() else 0
+
+
+def _masters(path: str) -> list[str]:
+    """Local ssh processes serving the control socket ``path`` (the shared connections)."""
+    out = subprocess.run(["pgrep", "-af", "ssh"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in out if path in line and "pgrep" not in line]
+
+
+def test_commands_share_one_connection_checked_as_their_own_and_closed_after(lab: Lab) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ringfence.targets import ssh as ssh_mod
+
+    ssh_mod.close_masters()
+    shared = lab.ssh_executor()
+    before = _accepted(lab)
+    for i in range(6):
+        assert shared.run(["echo", str(i)]).stdout == f"{i}\n".encode()
+    assert _accepted(lab) - before == 1  # six commands, one connection (one key exchange)
+    # more commands at once than the shared connection takes: the rest open their own, none fails
+    with ThreadPoolExecutor(max_workers=ssh_mod.MUX_SESSIONS + 4) as pool:
+        codes = list(pool.map(lambda i: shared.run(["sh", "-c", "sleep 0.5; exit $0", str(i % 3)]).returncode,
+                              range(ssh_mod.MUX_SESSIONS + 4)))
+    assert codes == [i % 3 for i in range(ssh_mod.MUX_SESSIONS + 4)]
+    # a shared connection never stands in for another executor's host-key check: same host, nothing pinned
+    empty = lab.paths.directory / "ssh" / "empty_known_hosts"
+    empty.write_text("")
+    unknown = SshExecutor(shared.host, user=shared.user, key=shared.key, known_hosts=empty,
+                           prefix=("ip", "netns", "exec", f"{lab.name}-jump"))
+    with pytest.raises(TargetError, match="[Hh]ost key"):
+        unknown.run(["true"])
+    # a single connection per command when asked
+    own = SshExecutor(shared.host, user=shared.user, key=shared.key, known_hosts=shared.known_hosts,
+                      prefix=("ip", "netns", "exec", f"{lab.name}-jump"), multiplex=False)
+    before = _accepted(lab)
+    for _ in range(2):
+        assert own.run(["true"]).returncode == 0
+    assert _accepted(lab) - before == 2
+    paths = list(ssh_mod._masters)
+    assert paths and all(_masters(p) for p in paths if Path(p).exists())
+    ssh_mod.close_masters()
+    deadline = time.monotonic() + 15
+    while any(_masters(p) for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_masters(p) for p in paths)

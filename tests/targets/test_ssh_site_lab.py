@@ -8,6 +8,7 @@ capture), and a node made unreachable mid-run is named in the error — never sk
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -271,7 +272,15 @@ def test_a_host_made_unreachable_mid_run_is_named_not_skipped(
 ) -> None:
     lab, hosts, policy = own_lab
     sshd = next(p for n in lab.status().nodes for p in n.processes if p.label == "worker-1-sshd")
-    os.kill(sshd.pid, signal.SIGTERM)  # worker-1 stops answering SSH; everything else keeps running
+    # worker-1 stops answering SSH, its open sessions with it (the shared connection a run may hold): its
+    # sshd and the session processes that sshd started; everything else keeps running
+    sessions = [int(p) for p in namespace_pids(lab.topology.namespace("worker-1"))
+                if Path(f"/proc/{p}/comm").exists() and Path(f"/proc/{p}/comm").read_text().strip() == "sshd"
+                and int(p) != sshd.pid]
+    os.kill(sshd.pid, signal.SIGTERM)
+    for pid in sessions:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     capsys.readouterr()
     start = time.monotonic()
     code = main(["encrypt", "disable", "--layer", "wireguard", "--target", "ssh", "--hosts", str(hosts),

@@ -64,7 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (tests call it in-process)."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
-    return run_verb(args.func, args, verbose=bool(args.verbose))
+    try:
+        return run_verb(args.func, args, verbose=bool(args.verbose))
+    finally:
+        # a command leaves no SSH connection behind: end the shared ones it opened (only if it used SSH)
+        ssh = sys.modules.get("ringfence.targets.ssh")
+        if ssh is not None:
+            ssh.close_masters()
 
 
 def run_verb(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, verbose: bool) -> int:

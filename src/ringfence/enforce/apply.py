@@ -14,7 +14,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy, policy_digest
 from ringfence.policy.matrix import Matrix, resolve
-from ringfence.targets.interface import Executor
+from ringfence.targets.interface import Executor, TargetError
 
 SOURCE = "enforce.apply"
 FABRIC = "fabric"
@@ -121,11 +122,34 @@ def _diff(old: Bundle | None, new: Bundle | None) -> str:
     return "\n".join(difflib.unified_diff(lines(old), lines(new), "previous", "new", lineterm="", n=1))
 
 
+def _fan(scopes: Sequence[str], fn: Callable[[str], object]) -> list[tuple[str, Exception | None]]:
+    """``fn(scope)`` on every scope at once (each point is its own host: over SSH each call is a round trip
+    that a fleet must not pay one after another); each scope's failure, in the order given."""
+    def one(scope: str) -> tuple[str, Exception | None]:
+        try:
+            fn(scope)
+        except (NftError, TargetError) as exc:
+            return scope, exc
+        return scope, None
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(scopes)))) as pool:
+        return list(pool.map(one, scopes))
+
+
+def _first_failure(results: Sequence[tuple[str, Exception | None]]) -> None:
+    """Raise the first scope's failure, if any (the order given, so the same point is named every run)."""
+    for _scope, exc in results:
+        if exc is not None:
+            raise exc
+
+
 def _remove(executors: Mapping[str, Executor]) -> None:
-    for scope, ex in executors.items():
-        delete_table(ex, "inet", TABLE)
+    def one(scope: str) -> None:
+        delete_table(executors[scope], "inet", TABLE)
         if scope == FABRIC:
-            delete_table(ex, "bridge", TABLE)
+            delete_table(executors[scope], "bridge", TABLE)
+
+    _first_failure(_fan(list(executors), one))
 
 
 def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: Bundle | None) -> None:
@@ -133,30 +157,30 @@ def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: 
     if bundle is None:
         _remove(executors)
         return
-    for scope, doc in bundle.items():
-        check(executors[scope], doc)  # every point checked before any is changed
+    scopes = list(bundle)
+    _first_failure(_fan(scopes, lambda s: check(executors[s], bundle[s])))  # every point checked before any changes
     done: list[str] = []
     primed: list[str] = []
     try:
-        for scope in bundle:  # every point tracks connections before any stateful rule lands (see prime_conntrack)
-            prime_conntrack(executors[scope])
-            primed.append(scope)
-        for scope, doc in bundle.items():
-            load(executors[scope], doc)
-            done.append(scope)
-    except NftError:
-        for scope in done:
+        # every point tracks connections before any stateful rule lands (see prime_conntrack)
+        got = _fan(scopes, lambda s: prime_conntrack(executors[s]))
+        primed = [s for s, exc in got if exc is None]
+        _first_failure(got)
+        got = _fan(scopes, lambda s: load(executors[s], bundle[s]))
+        done = [s for s, exc in got if exc is None]
+        _first_failure(got)
+    except (NftError, TargetError):
+        def restore(scope: str) -> None:
             if fallback is not None and scope in fallback:
                 load(executors[scope], fallback[scope])
             else:
                 _remove({scope: executors[scope]})
+
+        _fan(done, restore)  # best effort, everywhere it was changed; the first failure is what is raised
         raise
     finally:
-        for scope in primed:
-            try:
-                unprime_conntrack(executors[scope])
-            except NftError:
-                pass  # a leftover priming table only counts invalid packets; the ruleset is what matters
+        # a leftover priming table only counts invalid packets; the ruleset is what matters
+        _fan(primed, lambda s: unprime_conntrack(executors[s]))
 
 
 def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: dict[str, Any] | None,
@@ -242,13 +266,17 @@ def rollback(executors: Mapping[str, Executor], store: EvidenceStore, *, target:
 
 def live_rulesets(executors: Mapping[str, Executor]) -> dict[str, Any]:
     """``Facts.ruleset``: each point's live ringfence tables (with counters), as nft lists them."""
-    out: dict[str, Any] = {}
-    for scope, ex in executors.items():
+    def one(item: tuple[str, Executor]) -> dict[str, Any]:
+        scope, ex = item
         entry = {"inet": list_ruleset(ex, family="inet", table=TABLE)}
         if scope == FABRIC:
             entry["bridge"] = list_ruleset(ex, family="bridge", table=TABLE)
-        out[scope] = entry
-    return out
+        return entry
+
+    # every point at once: over SSH each read is a round trip, and a fleet has many points
+    items = list(executors.items())
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(items)))) as pool:
+        return {scope: entry for (scope, _), entry in zip(items, pool.map(one, items), strict=True)}
 
 
 __all__ = [

@@ -55,6 +55,8 @@ class HostEntry(BaseModel):
     interface: str | None = None
     progress: str | None = Field(default=None, min_length=1)
     connect_timeout: float = Field(default=10.0, gt=0, le=300)
+    #: commands share one connection to the host (OpenSSH ControlMaster); false: a connection per command
+    multiplex: bool = True
 
 
 class Inventory(BaseModel):
@@ -126,7 +128,8 @@ def ssh_site(inventory: Inventory) -> Site:
     hosts: dict[str, Host] = {}
     for name, h in sorted(inventory.hosts.items()):
         ex = SshExecutor(h.ssh or h.address, user=h.user, key=Path(h.key), known_hosts=Path(h.known_hosts),
-                         port=h.port, name=name, prefix=h.client_prefix, connect_timeout=h.connect_timeout)
+                         port=h.port, name=name, prefix=h.client_prefix, connect_timeout=h.connect_timeout,
+                         multiplex=h.multiplex)
         hosts[name] = Host(name, h.address, ex, python=h.python, env=dict(h.env), interface=h.interface,
                            progress=h.progress)
     return Site(inventory.site or "ssh", "ssh", hosts, fanout=inventory.fanout, timeout=inventory.timeout)
