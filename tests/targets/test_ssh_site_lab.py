@@ -207,11 +207,10 @@ def _accepted(lab: Lab, node: str) -> int:
 def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pytest.CaptureFixture[str],
                                    tmp_path: Path) -> None:
     """plan → budget → TLS enabled and proven (step 1) → keys rotated (2) → baseline and canary layer (3) →
-    rolled back, every step through the hosts' sshd.
+    the gate (4) → rolled back, every step through the hosts' sshd.
 
-    The gate (step 4) is the benchmark of step 3 run again beside the layer, and is proven on the lab target
-    (tests/rollout/test_rollout_lab.py) and over SSH (the benchmark test above): here it would cost six more
-    benchmark launches over SSH — minutes of a CI at its limit — to show the same code once more."""
+    That the gate fails a layer that costs bandwidth is shown on the lab target (wireguard-go,
+    tests/rollout/test_rollout_lab.py); here the gate's own launches go over SSH and a no-op is never failed."""
     lab, hosts, policy = own_lab
     pytest.importorskip("torch")
     t0 = time.monotonic()
@@ -247,10 +246,16 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     assert {p.label for p in tls.processes} >= {"tls-storage", "tls-worker-0"}
     assert step(2) is StepStatus.DONE, Rollout.open(state, store).state.step(2).detail
     assert step(3) is StepStatus.DONE, Rollout.open(state, store).state.step(3).detail
+    # the gate (step 4): the same benchmark again beside the layer, interleaved with the baseline on the same
+    # pair, every launch over SSH. A no-op canary is never failed: passed, or inconclusive when the load moved
+    gate = step(4)
+    assert gate in (StepStatus.DONE, StepStatus.INCONCLUSIVE), Rollout.open(state, store).state.step(4).detail
+    finding = Rollout.open(state, store).state.step(4).detail
+    assert "gate fail" not in finding and ("gate pass" in finding or "gate inconclusive" in finding), finding
     capsys.readouterr()
-    assert main(["rollout", "advance", *common, "--step", "5"]) == 2  # never fleet-wide before the gate
+    assert main(["rollout", "advance", *common, "--step", "5"]) == 2  # a no-op layer never goes fleet-wide
     assert "step 5" in capsys.readouterr().err
-    assert main(["rollout", "abort", *common, "--reason", "rollout over ssh: proven to step 3"]) == 0
+    assert main(["rollout", "abort", *common, "--reason", "rollout over ssh: proven to the gate"]) == 0
     ro = Rollout.open(state, store)
     assert ro.state.aborted and ro.state.step(3).status is StepStatus.ROLLED_BACK
     # the record names the SSH target and its inventory; the measurements ran on the canary over SSH
@@ -263,7 +268,7 @@ def test_the_rollout_runs_over_ssh(own_lab: tuple[Lab, Path, Path], capsys: pyte
     # and it all went through sshd: the capture and TLS's sidecars on storage and the workers, the ranks on the workers
     assert all(_accepted(lab, n) > sessions[n] for n in sessions), (sessions, {n: _accepted(lab, n) for n in sessions})
     assert store.verify().ok
-    print(f"\nrollout over ssh to step 3: {time.monotonic() - t0:.1f} s", file=sys.__stderr__,
+    print(f"\nrollout over ssh to the gate: {time.monotonic() - t0:.1f} s", file=sys.__stderr__,
           flush=True)
 
 
