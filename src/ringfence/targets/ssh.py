@@ -12,7 +12,8 @@ hundreds of short commands, and a new connection costs a key exchange on both en
 command through the lab's jump host at load 2, against 0.15 s over the shared connection). The shared
 connection is checked like any other — against this executor's own known_hosts, with its own key — and
 its socket's name is a digest of everything that decides that check (client prefix, user, host, port,
-key, known_hosts), so two executors that would verify differently never share one. Long-lived
+and the key and known_hosts files, their contents read at each command), so two executors that would
+verify differently never share one, nor does a command after its known_hosts changed. Long-lived
 processes (:meth:`SshExecutor.spawn`) get connections of their own, and at most :data:`MUX_SESSIONS`
 commands use the shared one at once (sshd's ``MaxSessions`` defaults to 10): a command beyond that, or
 one the shared connection refuses, opens its own. :func:`close_masters` ends every shared connection
@@ -45,6 +46,7 @@ _MUX_REFUSED = ("mux_client", "Session open refused", "ControlSocket", "control 
 
 _mux_lock = threading.Lock()
 _mux_dir: str | None = None
+_at_exit = False
 #: control path → (how to reach it: the client prefix and ssh options, destination), for close_masters
 _masters: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {}
 _slots: dict[str, threading.BoundedSemaphore] = {}
@@ -52,11 +54,13 @@ _slots: dict[str, threading.BoundedSemaphore] = {}
 
 def _control_dir() -> str:
     """This process's directory of control sockets (0700, short: a socket path has ~100 bytes)."""
-    global _mux_dir
+    global _mux_dir, _at_exit
     with _mux_lock:
         if _mux_dir is None or not os.path.isdir(_mux_dir):
             _mux_dir = tempfile.mkdtemp(prefix="rf-ssh-", dir="/tmp")
-            atexit.register(close_masters)
+            if not _at_exit:
+                atexit.register(close_masters)
+                _at_exit = True
         return _mux_dir
 
 
@@ -66,6 +70,7 @@ def close_masters() -> None:
     with _mux_lock:
         masters, _masters_dir = dict(_masters), _mux_dir
         _masters.clear()
+        _slots.clear()  # a command still holding a slot releases its own semaphore object
         _mux_dir = None
     for path, (prefix, options, destination) in masters.items():
         if os.path.exists(path):
@@ -94,8 +99,12 @@ class SshProcess:
     def stop(self, timeout: float = 5.0) -> int | None:
         """SIGTERM the remote process (SIGKILL after ``timeout``), then stop the local client."""
         tries = max(1, int(timeout * 10))
+        # the remote side writes its pid file as its first act; a stop that comes sooner (the command was just
+        # spawned: over a shared connection the stop itself takes ~0.1 s) waits for it, bounded, rather than
+        # leave the remote process running once the local client is gone
         script = (
-            f'f={shlex.quote(self._pidfile)}; [ -s "$f" ] || exit 0; p=$(cat "$f"); kill -TERM "$p" 2>/dev/null; '
+            f'f={shlex.quote(self._pidfile)}; i=0; while [ ! -s "$f" ] && [ $i -lt {tries} ]; do sleep 0.1; '
+            'i=$((i+1)); done; [ -s "$f" ] || exit 0; p=$(cat "$f"); kill -TERM "$p" 2>/dev/null; '
             f'i=0; while kill -0 "$p" 2>/dev/null && [ $i -lt {tries} ]; do sleep 0.1; i=$((i+1)); done; '
             'kill -KILL "$p" 2>/dev/null; rm -f "$f"'
         )
@@ -142,17 +151,27 @@ class SshExecutor:
             "-o", "LogLevel=ERROR",
         ]
         self._prefix = tuple(prefix)
-        self._control: str | None = None
-        if multiplex:
-            digest = hashlib.sha256("\0".join([*self._prefix, user, host, str(port), str(key), str(known_hosts)])
-                                    .encode()).hexdigest()[:24]
-            self._control = digest
+        self._multiplex = multiplex
+
+    def _control(self) -> str | None:
+        """The shared connection's socket name: a digest of what its host-key check and login depend on,
+        the *contents* of the key and known_hosts included (read now: a known_hosts changed since the
+        connection opened never rides it). None when they cannot be read: ssh itself then says why."""
+        try:
+            pinned, key = Path(self.known_hosts).read_bytes(), Path(self.key).read_bytes()
+        except OSError:
+            return None
+        h = hashlib.sha256("\0".join([*self._prefix, self.user, self.host, str(self.port), str(self.key),
+                                       str(self.known_hosts)]).encode())
+        h.update(hashlib.sha256(pinned).digest() + hashlib.sha256(key).digest())
+        return h.hexdigest()[:24]
 
     def _mux(self) -> tuple[list[str], threading.BoundedSemaphore | None]:
         """The options that put a command on the shared connection, and the slot it holds (none: its own)."""
-        if self._control is None:
+        control = self._control() if self._multiplex else None
+        if control is None:
             return [], None
-        path = os.path.join(_control_dir(), self._control)
+        path = os.path.join(_control_dir(), control)
         with _mux_lock:
             slot = _slots.setdefault(path, threading.BoundedSemaphore(MUX_SESSIONS))
             _masters.setdefault(path, (self._prefix, tuple(self._options), self._destination()))
