@@ -61,19 +61,27 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
 
     lab = None
     site = None
-    if args.target == "ssh" and args.capture is None and not drills:
-        # the capture is taken on the hosts themselves, over SSH (egress of every host, merged)
+    cluster: live.Cluster | None = None  # what the live drills observe and act on
+    if args.target == "ssh" and (args.capture is None or drills):
+        # the capture is taken on the hosts themselves, over SSH (egress of every host, merged); the drills
+        # watch the job through the ranks' progress files (``progress:`` in the hosts file)
         from ringfence.cli._targets import site_for
+        from ringfence.targets.cluster import SiteCluster
 
-        site, _ = site_for(argparse.Namespace(**{**vars(args), "target_policy": args.policy}))
+        site, ssh_policy = site_for(argparse.Namespace(**{**vars(args), "target_policy": args.policy}))
+        cluster = SiteCluster(site, ssh_policy)
+        if drills and not cluster.progress_hosts():
+            raise InputError("--hosts", "the live drills watch the training job, but no host of the inventory "
+                             "names its rank's progress file (`progress:`); give it, or use `verify "
+                             "confidentiality`")
     elif args.capture is None or drills:
         if args.target != "lab":
-            raise InputError("--target", "the live drills need --target lab (the job's progress and the fabric "
-                             "capture); --target ssh captures on the hosts for `verify confidentiality`, or give "
-                             "--capture")
+            raise InputError("--target", "the live drills need a running job to watch: --target lab or --target "
+                             "ssh; `verify confidentiality --capture FILE` judges a capture alone")
         from ringfence.lab import Lab
 
         lab = Lab.attach(args.name)
+        cluster = lab
     policy = load_policy(args.policy) if args.policy else (
         parse_policy(lab.policy_yaml(), source=f"lab {lab.name}") if lab is not None else None)
     if policy is None:
@@ -98,21 +106,21 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
     credentials: tuple[Any, ...] = ()
     inventory: tuple[Any, ...] = ()
     enabled = _enabled(args, lab.name if lab is not None else site.name if site is not None else None)
-    if lab is not None:
-        inventory = live.inventory(lab)
+    if cluster is not None:
+        inventory = live.inventory(cluster)
     if drills:
-        assert lab is not None
+        assert cluster is not None
         layers = set(enabled.values())
         print("rotating keys under load", file=sys.stderr)
-        rotation = live.rotate_under_load(lab)
+        rotation = live.rotate_under_load(cluster)
         if "wireguard" in layers:
             print("fail-closed drill: wrong WireGuard key", file=sys.stderr)
-            fail_closed.append(live.fail_closed_wireguard(lab, policy, work))
+            fail_closed.append(live.fail_closed_wireguard(cluster, policy, work))
         if "tls" in layers:
             print("fail-closed drill: untrusted certificate", file=sys.stderr)
-            fail_closed.append(live.fail_closed_tls(lab, policy, work))
-            credentials = live.credential_checks(lab, work)
-        inventory = live.inventory(lab)
+            fail_closed.append(live.fail_closed_tls(cluster, policy, work))
+            credentials = live.credential_checks(cluster, work)
+        inventory = live.inventory(cluster)
     evidence_ids: list[str] = []
     report = verify.judge(flows, policy, enabled, before=before, rotation=rotation, fail_closed=fail_closed,
                           credentials=credentials, inventory=inventory)
@@ -141,7 +149,7 @@ def register(sub: Any) -> None:
     vsub = p.add_subparsers(dest="verify_cmd", required=True, metavar="CMD")
     for name, drills, text in (("confidentiality", False, "per-class bytes, coverage and scope from a capture"),
                                ("keys", True, "confidentiality plus rotation under load, fail-closed drills and "
-                                              "credential refusal (lab)")):
+                                              "credential refusal (lab, or SSH hosts with progress files)")):
         s = vsub.add_parser(name, help=text)
         s.add_argument("--target", default="lab", choices=("lab", "ssh", "none"))
         s.add_argument("--name", help="the lab's name (default: the only lab)")
