@@ -738,6 +738,11 @@ def down_lab(name: str, *, root: Path = DEFAULT_ROOT) -> DownReport:
     """
     paths = StatePaths(root, name)
     marker = f"{paths.directory}/"
+    # shared SSH connections this process holds through the lab's namespaces (``lab hosts`` inventories) end
+    # first: otherwise each would keep a deleted namespace alive until its ControlPersist ran out
+    ssh = sys.modules.get("ringfence.targets.ssh")
+    if ssh is not None:
+        ssh.close_masters(through=f"{name}-")
     try:
         state: LabState | None = read_state(paths)
         set_phase(paths, "deleting")

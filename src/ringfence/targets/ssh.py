@@ -64,14 +64,23 @@ def _control_dir() -> str:
         return _mux_dir
 
 
-def close_masters() -> None:
-    """End every shared connection this process opened (``ssh -O exit``) and remove its sockets."""
+def close_masters(through: str | None = None) -> None:
+    """End the shared connections this process opened (``ssh -O exit``) and remove their sockets: all of
+    them, or only those whose client prefix contains ``through`` (e.g. ``<lab>-``: the namespaces of a lab
+    about to be deleted)."""
     global _mux_dir
     with _mux_lock:
-        masters, _masters_dir = dict(_masters), _mux_dir
-        _masters.clear()
-        _slots.clear()  # a command still holding a slot releases its own semaphore object
-        _mux_dir = None
+        if through is None:
+            masters, gone_dir = dict(_masters), _mux_dir
+            _masters.clear()
+            _slots.clear()  # a command still holding a slot releases its own semaphore object
+            _mux_dir = None
+        else:
+            masters = {p: m for p, m in _masters.items() if any(through in part for part in m[0])}
+            gone_dir = None
+            for path in masters:
+                _masters.pop(path, None)
+                _slots.pop(path, None)
     for path, (prefix, options, destination) in masters.items():
         if os.path.exists(path):
             try:
@@ -79,8 +88,8 @@ def close_masters() -> None:
                                                   destination], timeout=10)
             except TargetError:
                 pass  # gone already; ControlPersist ends it otherwise
-    if _masters_dir is not None:
-        shutil.rmtree(_masters_dir, ignore_errors=True)
+    if gone_dir is not None:
+        shutil.rmtree(gone_dir, ignore_errors=True)
 
 
 class SshProcess:
