@@ -25,13 +25,18 @@ def slurm_policy() -> Policy:
     return parse_policy(render_policy(build_topology("rfunit"), slurm=True), "slurm")
 
 
-def test_only_a_range_service_known_to_listen_on_none_of_it_is_transient(slurm_policy: Policy) -> None:
+def test_only_a_service_declared_on_demand_and_known_to_listen_on_none_of_it_is_stood_in_for(
+        slurm_policy: Policy) -> None:
     reach = ["mgmt", "worker-0", "worker-1"]
     # srun of the batch step listens on worker-0; none runs on the submit host (mgmt)
     listening = {"mgmt": frozenset({22, 6817}), "worker-0": frozenset({818, SRUN_LO + 7}), "worker-1": frozenset()}
     assert [s.name for s in transient_services(slurm_policy, listening, reach)] == ["mgmt-srun"]
-    # a single-port service that is down is a finding of its own, never stood in for (slurmd on worker-1)
-    assert all(s.port_range[0] != s.port_range[1] for s in transient_services(slurm_policy, listening, reach))
+    # a service not declared on demand that is down is a finding of its own, never stood in for (slurmd on
+    # worker-1; and srun on mgmt once the policy no longer says it listens on demand)
+    assert all(s.on_demand for s in transient_services(slurm_policy, listening, reach))
+    plain = slurm_policy.model_copy(update={"services": tuple(
+        s.model_copy(update={"on_demand": False}) if s.name == "mgmt-srun" else s for s in slurm_policy.services)})
+    assert transient_services(plain, listening, reach) == []
     # what is not known (unreadable host) or not reachable gets nothing
     assert transient_services(slurm_policy, {**listening, "mgmt": None}, reach) == []
     assert transient_services(slurm_policy, listening, ["worker-0"]) == []

@@ -1,17 +1,18 @@
 """Stand-in listeners: how the probe matrix proves a path to a service that listens only now and then.
 
-Some services bind a port of a range only while they work: ``srun`` listens on a port of Slurm's
-``SrunPortRange`` on the submit host for the life of one job step, and nothing listens there between
-steps. A probe to such a range while nothing of it listens proves neither side: the allowed path is
-refused by a closed port, and a silent port proves no denial. So, for every TCP service with a port
-*range* whose node listens on none of it, the matrix places a stand-in: a tiny stdlib-only listener on
-a free port of the range, started on that node through its executor (lab namespace or SSH alike), that
-accepts and closes connections while the probes run. Allowed sources must connect to it; denied ones
-must be dropped by policy on their way to it (a listening port, so the drop counter decides).
+Some services bind a port only while they work: ``srun`` listens on a port of Slurm's ``SrunPortRange``
+on the submit host for the life of one job step, and nothing listens there between steps. A probe to
+such a service while nothing of it listens proves neither side: the allowed path is refused by a closed
+port, and a silent port proves no denial. The policy says which services are like that
+(``on_demand: true``); for each whose node listens on none of its ports, the matrix places a stand-in: a
+tiny stdlib-only listener on a free port of the service's range (its one port for a single port),
+started on that node through its executor (lab namespace or SSH alike), that accepts and closes
+connections while the probes run. Allowed sources must connect to it; denied ones must be dropped by
+policy on their way to it (a listening port, so the drop counter decides).
 
-A stand-in proves the enforcement path to the range — the rule that admits or drops a port of it — not
-the service itself; the probe's record says so. It is never used for a single-port service, where a
-closed port is a finding of its own (the service the policy approves is not running).
+A stand-in proves the enforcement path — the rule that admits or drops a port of the service — not the
+service itself; the probe's record says so. A service not declared on demand is never stood in for:
+when it does not listen, that is a finding of its own (the service the policy approves is not running).
 
 Clean-up is bounded by the stand-in itself: it ends when its stop file appears, when the run that started
 it is gone (it writes a heartbeat to the pipe that run reads: a dead reader breaks it, in a lab namespace
@@ -113,12 +114,13 @@ class StandIns:
 
 def transient_services(policy: Policy, listening: Mapping[str, frozenset[int] | None],
                        reachable: Collection[str]) -> list[Service]:
-    """TCP services with a port range whose node is known to listen on none of it (and can be reached)."""
+    """TCP services the policy says listen on demand (``on_demand: true``) whose node is known to listen on
+    none of their ports now (and can be reached)."""
     out: list[Service] = []
     for s in policy.services:
         lo, hi = s.port_range
         ports = listening.get(s.node)
-        if s.proto != "tcp" or lo == hi or s.node not in reachable or ports is None:
+        if s.proto != "tcp" or not s.on_demand or s.node not in reachable or ports is None:
             continue
         if not any(lo <= p <= hi for p in ports):
             out.append(s)

@@ -71,10 +71,12 @@ def _slurm_services(topo: Topology) -> list[str]:
     pairs = [[("name", _q(SLURMCTLD_SERVICE)), ("node", _q("mgmt")), ("port", str(CTLD_PORT))]]
     pairs += [[("name", _q(slurmd_service(w))), ("node", _q(w)), ("port", str(SLURMD_PORT))]
               for w in topo.node_names() if w.startswith("worker-")]
-    pairs += [[("name", _q(srun_service(j.members[0]))), ("node", _q(j.members[0])), ("port", _q(SRUN_PORTS))]
-              for j in topo.jobs]
+    # srun listens only while a step runs: on demand, so a probe stands in for it when nothing of it listens
+    pairs += [[("name", _q(srun_service(j.members[0]))), ("node", _q(j.members[0])), ("port", _q(SRUN_PORTS)),
+               ("on_demand", "true")] for j in topo.jobs]
     # and an srun on the submit host: the benchmark's (``bench allreduce --launcher srun --submit-host mgmt``)
-    pairs.append([("name", _q(srun_service("mgmt"))), ("node", _q("mgmt")), ("port", _q(SRUN_PORTS))])
+    pairs.append([("name", _q(srun_service("mgmt"))), ("node", _q("mgmt")), ("port", _q(SRUN_PORTS)),
+                  ("on_demand", "true")])
     return [f"  - {_map([*p, ('class', _q('management')), ('application', _q('slurm'))])}" for p in pairs]
 
 

@@ -197,6 +197,9 @@ class Service(_Strict):
     traffic_class: TrafficClass = Field(alias="class")
     application: str = ""  # "http", "ssh", "https", … — what an application-level probe speaks
     admin: bool = False  # an administrative path (sshd, BMC, console)
+    #: it listens only while it works (srun on SrunPortRange during a step): when nothing of it listens,
+    #: the probe matrix proves its paths to a stand-in listener (ringfence.enforce.standin), not a closed port
+    on_demand: bool = False
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
 
