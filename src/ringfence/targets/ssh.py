@@ -41,8 +41,10 @@ SSH_FAILURE = 255
 MUX_SESSIONS = 8
 #: seconds an idle shared connection outlives its last command when nobody closes it (a crashed run)
 MUX_PERSIST = 60
-#: what ssh says when the shared connection cannot take a session: the command then opens its own
-_MUX_REFUSED = ("mux_client", "Session open refused", "ControlSocket", "control socket")
+#: what ssh says when the shared connection refused a session before the command started (it then runs on a
+#: connection of its own); a failure after it may have started (the master died mid-command) is not retried,
+#: since a command such as ``nft -f`` must not run twice
+_MUX_REFUSED = ("Session open refused", "mux_client_request_session", "mux_client_hello_exchange")
 
 _mux_lock = threading.Lock()
 _mux_dir: str | None = None
