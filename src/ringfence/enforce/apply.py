@@ -15,7 +15,6 @@ import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from ringfence.enforce.safety import check_policy
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy, policy_digest
 from ringfence.policy.matrix import Matrix, resolve
+from ringfence.targets.fanout import each
 from ringfence.targets.interface import Executor, TargetError
 
 SOURCE = "enforce.apply"
@@ -132,8 +132,7 @@ def _fan(scopes: Sequence[str], fn: Callable[[str], object]) -> list[tuple[str, 
             return scope, exc
         return scope, None
 
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(scopes)))) as pool:
-        return list(pool.map(one, scopes))
+    return each(scopes, one)
 
 
 def _first_failure(results: Sequence[tuple[str, Exception | None]]) -> None:
@@ -275,8 +274,7 @@ def live_rulesets(executors: Mapping[str, Executor]) -> dict[str, Any]:
 
     # every point at once: over SSH each read is a round trip, and a fleet has many points
     items = list(executors.items())
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(items)))) as pool:
-        return {scope: entry for (scope, _), entry in zip(items, pool.map(one, items), strict=True)}
+    return {scope: entry for (scope, _), entry in zip(items, each(items, one), strict=True)}
 
 
 __all__ = [

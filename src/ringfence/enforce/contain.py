@@ -23,14 +23,13 @@ import ipaddress
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringfence.controls.interface import ProbeResult, Verdict
-from ringfence.enforce.apply import FABRIC, live_rulesets
+from ringfence.enforce.apply import FABRIC, _fan, live_rulesets
 from ringfence.enforce.facts import CONTAIN_SOURCE, CONTAINMENT_FORMAT, probe_to_json
 from ringfence.enforce.interface import EnforceError
 from ringfence.enforce.nftables import TABLE
@@ -44,6 +43,7 @@ from ringfence.enforce.probe_matrix import (
     plan_probes,
     run_probes,
 )
+from ringfence.errors import RingfenceError
 from ringfence.evidence import EvidenceStore, RecordKind
 from ringfence.policy import Policy
 from ringfence.policy.matrix import Matrix, resolve
@@ -248,41 +248,35 @@ def isolate(subject: Subject, points: Mapping[str, Executor], store: EvidenceSto
 def release(subject: Subject, points: Mapping[str, Executor], store: EvidenceStore, *, target: str) -> str:
     """Remove the subject from every ``contained`` set where it is (and the collectors once nothing is
     contained there any more); record it. Returns the action record's id."""
-    def one(item: tuple[str, Executor]) -> tuple[str, bool, str]:
-        scope, ex = item
-        cmds = []
-        try:
-            for fam in _families(scope):
-                live = _live_set(ex, fam, "contained")
-                if live is None:
-                    continue
-                present = [a for a in subject.addresses if a in live]
-                if present:
-                    cmds.append(_elements("delete", fam, "contained", present))
-                if not set(live) - set(subject.addresses):
-                    collectors = _live_set(ex, fam, "collectors") or ()
-                    if collectors:
-                        cmds.append(_elements("delete", fam, "collectors", collectors))
-            if cmds:
-                load(ex, {"nftables": cmds})
-        except NftError as exc:
-            return scope, False, exc.message
-        except TargetError as exc:  # that host cannot be reached: the others are still released
-            return scope, False, f"unreachable: {exc.message}"
-        return scope, bool(cmds), ""
+    changed: set[str] = set()
+
+    def one(scope: str) -> None:
+        ex, cmds = points[scope], []
+        for fam in _families(scope):
+            live = _live_set(ex, fam, "contained")
+            if live is None:
+                continue
+            present = [a for a in subject.addresses if a in live]
+            if present:
+                cmds.append(_elements("delete", fam, "contained", present))
+            if not set(live) - set(subject.addresses):
+                collectors = _live_set(ex, fam, "collectors") or ()
+                if collectors:
+                    cmds.append(_elements("delete", fam, "collectors", collectors))
+        if cmds:
+            load(ex, {"nftables": cmds})
+            changed.add(scope)
 
     # every point at once (each is its own transaction, and over SSH each costs round trips): a release is
-    # tried everywhere, and one point failing is named after the rest were released
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(points)))) as pool:
-        outcomes = list(pool.map(one, list(points.items())))
-    failed = [(scope, why) for scope, ok, why in outcomes if why]
+    # tried everywhere, and one point failing (or unreachable) is named after the rest were released
+    failed = [(scope, f"unreachable: {exc.message}" if isinstance(exc, TargetError) else exc.message)
+              for scope, exc in _fan(list(points), one) if isinstance(exc, RingfenceError)]
     if failed:
         scope, why = failed[0]
         raise ContainError(f"release of {subject.describe()} failed at {scope}: {why}"
                            + (f" (and at {', '.join(s for s, _ in failed[1:])})" if failed[1:] else ""))
-    changed = [scope for scope, ok, _ in outcomes if ok]
     data = {"action": "release", "target": target, "subject": subject.describe(), "detail": subject.to_json(),
-            "scopes": changed}
+            "scopes": [scope for scope in points if scope in changed]}
     return str(store.append(RecordKind.ACTION, CONTAIN_SOURCE, f"target {target}", data))
 
 

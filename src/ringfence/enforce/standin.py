@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ringfence.policy import Policy, Service
 from ringfence.targets.interface import Executor, RunResult, TargetError
-from ringfence.targets.ops import listening_ports
+from ringfence.targets.ops import free_of, listening_ports
 
 #: names every stand-in's command line and stop file, so a host's operator can tell what it is
 MARKER = "ringfence-standin"
@@ -142,12 +142,11 @@ def place(policy: Policy, executors: Mapping[str, Executor], listening: dict[str
     todo = transient_services(policy, listening, list(executors))
     for svc in todo:
         lo, hi = svc.port_range
-        busy = listening.get(svc.node) or frozenset()
-        free = [p for p in range(hi, lo - 1, -1) if p not in busy]  # from the top, where services rarely are
+        free = free_of(listening.get(svc.node) or frozenset(), lo, hi)  # the ports read above, not read again
         if not free:
             out.failed.append(f"service {svc.name}: every port of {lo}-{hi} on {svc.node} is in use")
             continue
-        port = free[0]
+        port = free[-1]  # from the top, where services rarely are
         stop_file = f"/tmp/{MARKER}-{secrets.token_hex(6)}"
         s = StandIn(svc.node, svc.name, port, lo, hi, stop_file)
         ex = executors[svc.node]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ringfence.targets.interface import Executor, RunResult, Site, TargetError
 
@@ -41,15 +42,25 @@ def host_outcome(node: str, executor: Executor, argv: Sequence[str], timeout: fl
     return HostOutcome(node, res, None)
 
 
+_K = TypeVar("_K")
+_T = TypeVar("_T")
+
+
+def each(items: Sequence[_K], fn: Callable[[_K], _T], *, fanout: int = 8) -> list[_T]:
+    """``fn`` of every item, at most ``fanout`` at a time, answers in the order given (each host is its own
+    round trip: a fleet must not pay them one after another). ``fn`` handles its own failures."""
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(items)))) as pool:
+        return list(pool.map(fn, items))
+
+
 def run_on_all(executors: Mapping[str, Executor], argv: Sequence[str], *, fanout: int = 8,
                timeout: float = 60.0) -> dict[str, HostOutcome]:
     """Run ``argv`` on every host, at most ``fanout`` at a time, each within ``timeout`` seconds."""
     if fanout < 1:
         raise TargetError(f"fan-out must be at least 1, not {fanout}")
     nodes = sorted(executors)
-    call: Callable[[str], HostOutcome] = lambda n: host_outcome(n, executors[n], argv, timeout)  # noqa: E731
-    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(nodes)))) as pool:
-        return dict(zip(nodes, pool.map(call, nodes), strict=True))
+    return dict(zip(nodes, each(nodes, lambda n: host_outcome(n, executors[n], argv, timeout), fanout=fanout),
+                    strict=True))
 
 
 def require_reachable(site: Site, *, fanout: int = 8, timeout: float = 30.0) -> None:
@@ -68,4 +79,4 @@ def require_reachable(site: Site, *, fanout: int = 8, timeout: float = 30.0) -> 
         )
 
 
-__all__ = ["HostOutcome", "host_outcome", "require_reachable", "run_on_all"]
+__all__ = ["HostOutcome", "each", "host_outcome", "require_reachable", "run_on_all"]

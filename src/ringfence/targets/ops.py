@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ringfence.targets.interface import Executor, RunResult, TargetError
 
@@ -170,11 +170,16 @@ def listening_ports(executor: Executor) -> frozenset[int] | None:
         return None
 
 
+def free_of(busy: Collection[int], lo: int, hi: int) -> list[int]:
+    """The ports of ``lo``-``hi`` not in ``busy`` (listening ports already read), ascending."""
+    return [p for p in range(lo, hi + 1) if p not in busy]
+
+
 def free_ports(executor: Executor, lo: int, hi: int) -> list[int] | None:
     """The ports of ``lo``-``hi`` nothing on ``executor``'s host listens on, ascending; None if unreadable."""
     busy = listening_ports(executor)
-    return None if busy is None else [p for p in range(lo, hi + 1) if p not in busy]
+    return None if busy is None else free_of(busy, lo, hi)
 
 
-__all__ = ["alive", "free_ports", "listening_ports", "read_file", "remove_tree", "start_daemon", "stop_daemons",
-           "wait_for_files", "write_file"]
+__all__ = ["alive", "free_of", "free_ports", "listening_ports", "read_file", "remove_tree", "start_daemon",
+           "stop_daemons", "wait_for_files", "write_file"]
