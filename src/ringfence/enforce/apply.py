@@ -122,7 +122,7 @@ def _diff(old: Bundle | None, new: Bundle | None) -> str:
     return "\n".join(difflib.unified_diff(lines(old), lines(new), "previous", "new", lineterm="", n=1))
 
 
-def _fan(scopes: Sequence[str], fn: Callable[[str], object]) -> list[tuple[str, Exception | None]]:
+def each_point(scopes: Sequence[str], fn: Callable[[str], object]) -> list[tuple[str, Exception | None]]:
     """``fn(scope)`` on every scope at once (each point is its own host: over SSH each call is a round trip
     that a fleet must not pay one after another); each scope's failure, in the order given."""
     def one(scope: str) -> tuple[str, Exception | None]:
@@ -148,7 +148,7 @@ def _remove(executors: Mapping[str, Executor]) -> None:
         if scope == FABRIC:
             delete_table(executors[scope], "bridge", TABLE)
 
-    _first_failure(_fan(list(executors), one))
+    _first_failure(each_point(list(executors), one))
 
 
 def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: Bundle | None) -> None:
@@ -157,15 +157,16 @@ def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: 
         _remove(executors)
         return
     scopes = list(bundle)
-    _first_failure(_fan(scopes, lambda s: check(executors[s], bundle[s])))  # every point checked before any changes
+    # every point checked before any changes
+    _first_failure(each_point(scopes, lambda s: check(executors[s], bundle[s])))
     done: list[str] = []
     primed: list[str] = []
     try:
         # every point tracks connections before any stateful rule lands (see prime_conntrack)
-        got = _fan(scopes, lambda s: prime_conntrack(executors[s]))
+        got = each_point(scopes, lambda s: prime_conntrack(executors[s]))
         primed = [s for s, exc in got if exc is None]
         _first_failure(got)
-        got = _fan(scopes, lambda s: load(executors[s], bundle[s]))
+        got = each_point(scopes, lambda s: load(executors[s], bundle[s]))
         done = [s for s, exc in got if exc is None]
         _first_failure(got)
     except (NftError, TargetError):
@@ -175,11 +176,11 @@ def _commit(executors: Mapping[str, Executor], bundle: Bundle | None, fallback: 
             else:
                 _remove({scope: executors[scope]})
 
-        _fan(done, restore)  # best effort, everywhere it was changed; the first failure is what is raised
+        each_point(done, restore)  # best effort, everywhere it was changed; the first failure is what is raised
         raise
     finally:
         # a leftover priming table only counts invalid packets; the ruleset is what matters
-        _fan(primed, lambda s: unprime_conntrack(executors[s]))
+        each_point(primed, lambda s: unprime_conntrack(executors[s]))
 
 
 def _record(store: EvidenceStore, target: str, bundle: Bundle | None, previous: dict[str, Any] | None,
@@ -283,6 +284,7 @@ __all__ = [
     "Bundle",
     "apply_policy",
     "bundle_hash",
+    "each_point",
     "live_containment",
     "live_rulesets",
     "partition_record",

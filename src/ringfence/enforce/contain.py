@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringfence.controls.interface import ProbeResult, Verdict
-from ringfence.enforce.apply import FABRIC, _fan, live_rulesets
+from ringfence.enforce.apply import FABRIC, each_point, live_rulesets
 from ringfence.enforce.facts import CONTAIN_SOURCE, CONTAINMENT_FORMAT, probe_to_json
 from ringfence.enforce.interface import EnforceError
 from ringfence.enforce.nftables import TABLE
@@ -270,7 +270,7 @@ def release(subject: Subject, points: Mapping[str, Executor], store: EvidenceSto
     # every point at once (each is its own transaction, and over SSH each costs round trips): a release is
     # tried everywhere, and one point failing (or unreachable) is named after the rest were released
     failed = [(scope, f"unreachable: {exc.message}" if isinstance(exc, TargetError) else exc.message)
-              for scope, exc in _fan(list(points), one) if isinstance(exc, RingfenceError)]
+              for scope, exc in each_point(list(points), one) if isinstance(exc, RingfenceError)]
     if failed:
         scope, why = failed[0]
         raise ContainError(f"release of {subject.describe()} failed at {scope}: {why}"
