@@ -1,5 +1,6 @@
-"""Bounded DuckDB: every analysis connection has a memory limit and its own spill directory, removed on close;
-an analysis over a hive-partitioned dataset several times larger than the limit streams it to the same answer.
+"""Bounded DuckDB: every analysis database has a memory limit and its own spill directory, removed when the
+process's databases close; a session sees nothing of the one before it; an analysis over a hive-partitioned
+dataset several times larger than the limit streams it to the same answer.
 
 The big test runs the analysis in a fresh interpreter (its peak RSS, VmHWM, is its own, not pytest's) with a
 64 MB limit over ~170 MB of uncompressed Parquet in 8 ``day=…/hour=…`` partitions, and checks the matrix
@@ -23,7 +24,8 @@ import pytest
 
 from flow_kit import policy_variant
 from ringfence.analyze import EngineSpec, communication_matrix
-from ringfence.analyze.engine.duck import DuckEngine
+from ringfence.analyze.engine.duck import DuckEngine, _invalidate, close_databases
+from ringfence.analyze.engine.interface import AnalyzeError
 from ringfence.analyze.engine.limits import MEMORY_ENV, SPILL_ENV, memory_limit, parse_size, threads_for
 from ringfence.errors import InputError
 from ringfence.policy import Policy
@@ -121,7 +123,7 @@ def test_dataset_larger_than_the_limit_streams_to_the_same_matrix(
     assert spill.is_dir() and not any(spill.iterdir())  # the connection's spill directory is gone
 
 
-def test_connection_gets_limit_and_own_spill_dir(tmp_path: Path) -> None:
+def test_database_gets_limit_and_own_spill_dir(tmp_path: Path) -> None:
     eng = DuckEngine(EngineSpec(memory_limit=200 * 1024**2, spill_dir=str(tmp_path)))
     try:
         got = eng.query("SELECT current_setting('memory_limit') AS m, current_setting('temp_directory') AS t")
@@ -133,6 +135,57 @@ def test_connection_gets_limit_and_own_spill_dir(tmp_path: Path) -> None:
         assert int(two) == 1  # 200 MiB gives one thread its 125 MB, not two
     finally:
         eng.close()
+    assert eng.spill_dir.is_dir()  # the database stays for the next session with these limits
+    close_databases()
+    assert not any(tmp_path.iterdir())
+
+
+def test_nothing_of_one_session_reaches_the_next(tmp_path: Path) -> None:
+    """Sessions with the same limits share a database (no ~20 ms open and close each), never each other's
+    tables, views or session settings."""
+    spec = EngineSpec(memory_limit=256 * 1024**2, spill_dir=str(tmp_path))
+    flows = tmp_path / "flows.parquet"
+    pq.write_table(pa.table({"src": ["10.0.0.1"], "bytes": [7]}), flows)
+    one = DuckEngine(spec)
+    try:
+        one.register("inventory", pa.table({"address": ["10.0.0.1"]}))
+        one.register_parquet("flows", str(flows))
+        assert one.query("SELECT count(*) AS n FROM flows JOIN inventory ON address = src").column("n")[0].as_py() == 1
+        two = DuckEngine(spec)  # open at the same time: a connection of its own
+        try:
+            assert two.spill_dir == one.spill_dir  # the same database
+            for name in ("inventory", "flows"):
+                with pytest.raises(AnalyzeError, match=name):
+                    two.query(f"SELECT * FROM {name}")
+        finally:
+            two.close()
+    finally:
+        one.close()
+    three = DuckEngine(spec)  # after both closed
+    try:
+        for name in ("inventory", "flows"):
+            with pytest.raises(AnalyzeError, match=name):
+                three.query(f"SELECT * FROM {name}")
+        assert three.query("SELECT current_setting('enable_progress_bar') AS p").column("p")[0].as_py() is False
+    finally:
+        three.close()
+        close_databases()
+
+
+def test_an_invalidated_database_is_replaced(tmp_path: Path) -> None:
+    """After DuckDB invalidates a database (a fatal or internal error), the next session gets a new one."""
+    spec = EngineSpec(memory_limit=256 * 1024**2, spill_dir=str(tmp_path))
+    first = DuckEngine(spec)
+    old = first.spill_dir
+    _invalidate(first._db)
+    assert not old.exists()
+    again = DuckEngine(spec)
+    try:
+        assert again.spill_dir != old
+        assert again.query("SELECT 1 AS one").column("one")[0].as_py() == 1
+    finally:
+        again.close()
+        close_databases()
     assert not any(tmp_path.iterdir())
 
 

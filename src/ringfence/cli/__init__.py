@@ -87,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ssh = sys.modules.get("ringfence.targets.ssh")
         if ssh is not None:
             ssh.close_masters()
+        # nor an analytical database or its spill directory (only if it analysed flows)
+        duck = sys.modules.get("ringfence.analyze.engine.duck")
+        if duck is not None:
+            duck.close_databases()
 
 
 def run_verb(func: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, verbose: bool) -> int:
