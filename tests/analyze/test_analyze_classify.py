@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from datetime import UTC, datetime
 
@@ -223,3 +224,30 @@ def test_timestamps_survive() -> None:
         out.column("first_seen")[0].value
         == int(datetime(2026, 11, 30, 10, 0, 0, 123456, tzinfo=UTC).timestamp() * 1e6) * 1000
     )
+
+
+def test_alternating_policies_are_compiled_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller alternating between policies (a candidate and the running one) compiles each once; past
+    PLANS_KEPT others, the least recently used is compiled again — and every call classifies by its own."""
+    module = importlib.import_module("ringfence.analyze.classify")  # the package's ``classify`` is the function
+
+    compiled: list[int] = []
+    real = module.compile_plan
+
+    def counting(policy: Policy, *extra: object) -> object:
+        compiled.append(id(policy))
+        return real(policy, *extra)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "compile_plan", counting)
+    monkeypatch.setattr(module, "_plans", [])
+    one, two = lab_policy(), lab_policy()
+    table = flows([{"src": W0, "dst": W1, "dport": 29500}])
+    for _ in range(3):
+        assert classify(table, one).column("class").to_pylist() == ["collective"]
+        assert classify(table, two).column("class").to_pylist() == ["collective"]
+    assert compiled == [id(one), id(two)]
+    others = [lab_policy() for _ in range(module.PLANS_KEPT)]
+    for other in others:
+        classify(table, other)
+    classify(table, one)  # pushed out by the others: compiled again
+    assert compiled.count(id(one)) == 2 and len(module._plans) == module.PLANS_KEPT

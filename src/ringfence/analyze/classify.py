@@ -178,17 +178,25 @@ def _extra_principals(
     return list(zip(rows.column("a").to_pylist(), rows.column("i").to_pylist(), strict=True))
 
 
-# The last compiled policy: a policy is compiled once and then classifies any number of flow inputs.
-# The entry keeps the policy itself alive, so its id cannot be reused while cached.
+#: How many compiled policies a process keeps (least recently used first out). More than one: a caller
+#: that alternates between policies (a candidate and the running one, a rollout's before and after) would
+#: otherwise compile each of them on every call (~0.1 s at 10,000 nodes); a few: each plan holds the
+#: inventory's tables.
+PLANS_KEPT = 4
+
+# The compiled policies, most recently used last: a policy is compiled once and then classifies any number
+# of flow inputs. An entry keeps the policy itself alive, so its id cannot be reused while cached.
 _plans: list[tuple[Policy, Plan]] = []
 
 
 def _base_plan(policy: Policy) -> Plan:
-    for cached, plan in _plans:
+    for i, (cached, plan) in enumerate(_plans):
         if cached is policy:
+            _plans.append(_plans.pop(i))
             return plan
     plan = compile_plan(policy)
-    _plans[:] = [(policy, plan)]
+    _plans.append((policy, plan))
+    del _plans[:-PLANS_KEPT]
     return plan
 
 

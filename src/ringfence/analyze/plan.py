@@ -79,6 +79,29 @@ def rule_range(policy: Policy, rule: ApprovedFlow) -> RuleRange:
     return RuleRange(buckets, lo, hi)
 
 
+@dataclass(frozen=True)
+class _Own:
+    """One side's selectors that name a principal itself, as sets to test a name against."""
+
+    nodes: frozenset[str]
+    identities: frozenset[str]
+    services: dict[str, tuple[str, ...]]  # node → its services' selectors that a rule uses
+    cidrs: list[tuple[str, _Net]]
+
+    @classmethod
+    def of(cls, policy: Policy, want: set[str], cidrs: list[tuple[str, _Net]]) -> _Own:
+        services: dict[str, tuple[str, ...]] = {}
+        for svc in policy.services:
+            if (k := "service:" + svc.name) in want:
+                services[svc.node] = (*services.get(svc.node, ()), k)
+        return cls(
+            frozenset(k.removeprefix("node:") for k in want if k.startswith("node:")),
+            frozenset(k.removeprefix("identity:") for k in want if k.startswith("identity:")),
+            services,
+            cidrs,
+        )
+
+
 @dataclass
 class _Inventory:
     """Name lookups built once from the policy (dicts, because the policy's own lookups are linear)."""
@@ -93,6 +116,8 @@ class _Inventory:
     dst_keys: set[str] = field(default_factory=set)
     src_cidrs: list[tuple[str, _Net]] = field(default_factory=list)
     dst_cidrs: list[tuple[str, _Net]] = field(default_factory=list)
+    own_src: _Own | None = None
+    own_dst: _Own | None = None
 
     @classmethod
     def of(cls, policy: Policy) -> _Inventory:
@@ -115,6 +140,8 @@ class _Inventory:
                 inv.src_cidrs.append((_key(r.source), _net(r.source.cidr)))
             if r.destination.cidr:
                 inv.dst_cidrs.append((_key(r.destination), _net(r.destination.cidr)))
+        inv.own_src = _Own.of(policy, inv.src_keys, inv.src_cidrs)
+        inv.own_dst = _Own.of(policy, inv.dst_keys, inv.dst_cidrs)
         return inv
 
     def resolve(self, address: str, ident: str) -> tuple[Node | None, list[str]]:
@@ -129,23 +156,38 @@ class _Inventory:
             jobs = [by_ident, *[j for j in jobs if j != by_ident]]
         return node, jobs
 
-    def keys(self, address: str, ident: str, node: Node | None, jobs: list[str], *, dst: bool) -> frozenset[str]:
-        """The approved-flow selectors (``zone:x``, ``job:y`` …) this principal matches on one side."""
-        found: set[str] = set()
+    def own_keys(self, ip: tuple[int, int] | None, ident: str, node: Node | None, *, dst: bool) -> tuple[str, ...]:
+        """The approved-flow selectors this principal matches on one side by its own names — its node, an
+        identity, the node's services, a CIDR (``ip``: its address as :func:`_ip` reads it) — usually none.
+
+        Names are tested against the sets of those the rules use (built once in :meth:`of`): this runs per
+        principal, twice, and most of an inventory's names appear in no rule.
+        """
+        own = self.own_dst if dst else self.own_src
+        assert own is not None  # set by of()
+        found: tuple[str, ...] = ()
         if node is not None:
-            found.add(f"zone:{node.zone}")
-            found.add(f"node:{node.name}")
-            if node.identity:
-                found.add(f"identity:{node.identity}")
-            for si in self.services_of.get(node.name, ()):
-                found.add(f"service:{self.policy.services[si].name}")
-        if ident:
-            found.add(f"identity:{ident}")
-        found.update(f"job:{j}" for j in jobs)
-        cidrs = self.dst_cidrs if dst else self.src_cidrs
-        if cidrs and (ip := _ip(address)) is not None:
-            found.update(k for k, (fam, lo, hi) in cidrs if fam == ip[0] and lo <= ip[1] <= hi)
-        return frozenset(found & (self.dst_keys if dst else self.src_keys))
+            if node.name in own.nodes:
+                found += ("node:" + node.name,)
+            if node.identity and node.identity in own.identities:
+                found += ("identity:" + node.identity,)
+            found += own.services.get(node.name, ())
+        if ident and ident in own.identities:
+            found += ("identity:" + ident,)
+        if own.cidrs and ip is not None:
+            fam, value = ip
+            for k, (f, lo, hi) in own.cidrs:
+                if f == fam and lo <= value <= hi:
+                    found += (k,)
+        return found
+
+    def group_keys(self, zone: str | None, jobs: tuple[str, ...], *, dst: bool) -> tuple[str, ...]:
+        """The selectors a principal in ``zone`` running ``jobs`` matches on one side by those alone."""
+        want = self.dst_keys if dst else self.src_keys
+        found = [k for j in jobs if (k := "job:" + j) in want]
+        if zone is not None and (k := "zone:" + zone) in want:
+            found.append(k)
+        return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -345,26 +387,43 @@ def compile_plan(policy: Policy, extra: Iterable[Principal] = ()) -> Plan:
     src_classes: _SrcClasses = {(frozenset(), ()): 0}
     dst_classes: _DstClasses = {(frozenset(), (), ()): 0}
     cols: dict[str, list[object]] = {name: [] for name in ADDRESS_SCHEMA.names}
+    # the columns appended to directly: this loop runs once per address of the inventory
+    c_address, c_ident, c_node, c_zone = cols["address"], cols["ident"], cols["node"], cols["zone"]
+    c_trust, c_job, c_sc, c_dc = cols["trust"], cols["job"], cols["sc"], cols["dc"]
+    any_cidr = bool(inv.src_cidrs or inv.dst_cidrs)
+    # A class is decided by the zone, the jobs and the few selectors a principal matches by its own names
+    # (usually none), so most of a 10,000-node inventory shares a handful: each is built once, then looked up.
+    shapes_of = {name: tuple(_shape(policy, si) for si in sis) for name, sis in inv.services_of.items()}
+    s_memo: dict[tuple[object, ...], int] = {}
+    d_memo: dict[tuple[object, ...], int] = {}
     for address, ident in principals:
-        node, jobs = inv.resolve(address, ident)
+        node, job_list = inv.resolve(address, ident)
+        jobs = tuple(job_list)
+        ip = _ip(address) if any_cidr else None  # parsed once for both sides
+        zname = node.zone if node is not None else None
         # The zone is part of both classes so that a grouped query can recover it from the class alone.
-        zone = (f"@zone:{node.zone}",) if node is not None else ()
-        skey = (inv.keys(address, ident, node, jobs, dst=False) | frozenset(zone), tuple(jobs))
+        zone = ("@zone:" + zname,) if zname is not None else ()
+        s_own = inv.own_keys(ip, ident, node, dst=False)
+        sc = s_memo.get(s_at := (zname, jobs, s_own))
+        if sc is None:
+            skey = (frozenset(inv.group_keys(zname, jobs, dst=False) + s_own + zone), jobs)
+            sc = s_memo[s_at] = src_classes.setdefault(skey, len(src_classes))
         # Services enter the destination class by shape, not name: a thousand storage nodes serving
         # port 8080 are one class unless a rule names one of their services.
-        shapes = tuple(_shape(policy, si) for si in inv.services_of.get(node.name, ())) if node is not None else ()
-        dkey = (inv.keys(address, ident, node, jobs, dst=True) | frozenset(zone), tuple(jobs), shapes)
-        for name, value in (
-            ("address", address),
-            ("ident", ident),
-            ("node", node.name if node else None),
-            ("zone", node.zone if node else None),
-            ("trust", trust.get(node.zone) if node else None),
-            ("job", jobs[0] if jobs else None),
-            ("sc", src_classes.setdefault(skey, len(src_classes))),
-            ("dc", dst_classes.setdefault(dkey, len(dst_classes))),
-        ):
-            cols[name].append(value)
+        shapes = shapes_of.get(node.name, ()) if node is not None else ()
+        d_own = inv.own_keys(ip, ident, node, dst=True)
+        dc = d_memo.get(d_at := (zname, jobs, d_own, shapes))
+        if dc is None:
+            dkey = (frozenset(inv.group_keys(zname, jobs, dst=True) + d_own + zone), jobs, shapes)
+            dc = d_memo[d_at] = dst_classes.setdefault(dkey, len(dst_classes))
+        c_address.append(address)
+        c_ident.append(ident)
+        c_node.append(node.name if node else None)
+        c_zone.append(node.zone if node else None)
+        c_trust.append(trust.get(node.zone) if node else None)
+        c_job.append(jobs[0] if jobs else None)
+        c_sc.append(sc)
+        c_dc.append(dc)
     v4_cuts, v4_keys = _v4_segments(inv)
     v4_src = tuple(src_classes.setdefault((k, ()), len(src_classes)) for k, _ in v4_keys)
     v4_dst = tuple(dst_classes.setdefault((k, (), ()), len(dst_classes)) for _, k in v4_keys)
