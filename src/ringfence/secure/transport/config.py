@@ -24,6 +24,9 @@
 ``RINGFENCE_TRANSPORT_SWITCH_INTERVAL``   lower ``sys.setswitchinterval`` to this (default 0.0002 s;
                                           0 leaves the interpreter's setting alone)
 ``RINGFENCE_TRANSPORT_EVIDENCE``          evidence store directory that key events are recorded in
+``RINGFENCE_TRANSPORT_ENGINE``            how a rank moves large records: ``threads`` (default; a sender
+                                          thread seals and sends while the caller receives) or ``polled``
+                                          (the calling thread alone, non-blocking socket calls)
 ========================================  ==========================================================
 """
 
@@ -44,6 +47,8 @@ from ringfence.secure.pki import parse_duration
 from ringfence.secure.transport.wire import KeyEvent, TransportError
 
 _PREFIX = "RINGFENCE_TRANSPORT_"
+#: How a rank runs a schedule of large records (small ones always run on the calling thread).
+ENGINES = ("threads", "polled")
 _SIOCGIFADDR = 0x8915
 
 
@@ -71,8 +76,15 @@ class TransportConfig:
     # ratio 114 %/109 %, interquartile 82-134 %/93-130 % — within the spread (BENCHMARKS.md, issue 15).
     switch_interval: float = 0.0002
     on_event: Callable[[KeyEvent], None] | None = None
+    #: "threads" or "polled" (see ringfence.secure.transport.engine)
+    engine: str = "threads"
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise InputError(
+                _PREFIX + "ENGINE", f"unknown transport engine {self.engine!r}",
+                hint=f"use one of: {', '.join(ENGINES)}",
+            )
         if self.rekey_bytes <= 0 or self.rekey_seconds <= 0:
             raise InputError("transport config", "rekey_bytes and rekey_seconds must be positive")
         if not 4096 <= self.chunk_bytes <= (64 << 20):
@@ -176,7 +188,8 @@ def config_from_env(env: Mapping[str, str] | None = None, *, rank: int | None = 
         v = _num(e, name, conv)
         if v is not None:
             kwargs[field] = v
-    for name, field in (("JOB", "job"), ("ADDR", "address"), ("IFNAME", "interface"), ("ADVERTISE", "advertise")):
+    for name, field in (("JOB", "job"), ("ADDR", "address"), ("IFNAME", "interface"), ("ADVERTISE", "advertise"),
+                        ("ENGINE", "engine")):  # fmt: skip
         if e.get(_PREFIX + name):
             kwargs[field] = e[_PREFIX + name]
     for name, field in (("REVOKED", "revoked"), ("EVENTS", "event_log"), ("EVIDENCE", "evidence")):
@@ -211,4 +224,4 @@ def current_config(rank: int | None = None) -> TransportConfig:
     return _configured or config_from_env(rank=rank)
 
 
-__all__ = ["TransportConfig", "config_from_env", "configure", "current_config", "interface_address"]
+__all__ = ["ENGINES", "TransportConfig", "config_from_env", "configure", "current_config", "interface_address"]

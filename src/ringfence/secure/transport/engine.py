@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import queue
 import secrets
+import select
 import socket
 import struct
 import sys
@@ -30,7 +31,7 @@ from typing import Protocol
 from ringfence.secure.transport.config import TransportConfig
 from ringfence.secure.transport.handshake import Credentials, initiate, load_credentials, respond
 from ringfence.secure.transport.link import Link
-from ringfence.secure.transport.wire import KeyEvent, LinkBroken, TransportError
+from ringfence.secure.transport.wire import HEADER_SIZE, TAG_SIZE, KeyEvent, LinkBroken, TransportError
 
 Reducer = Callable[[memoryview, memoryview], None]
 # A segment is cut into at least two chunks (so the ring pipelines) but not into pieces under 1 MiB:
@@ -314,15 +315,19 @@ class Group:
         # Inline only when the sender thread is idle: its queued records (a point-to-point send) must
         # reach the link before this schedule's, and records of one link are never sent concurrently.
         last = self._last_job
-        inline = (last is None or last.finished.is_set()) and all(len(s.src) <= _INLINE_MAX for s in sends)
+        idle = last is None or last.finished.is_set()
+        inline = idle and all(len(s.src) <= _INLINE_MAX for s in sends)
+        polled = idle and not inline and self.config.engine == "polled"
         job = None
-        if sends and not inline:
+        if sends and not inline and not polled:
             job = _Job(sends)
             self._last_job = job
             self._sender.jobs.put(job)
         try:
             if inline:
                 self._run_inline(sends, recvs, reducer)
+            elif polled:
+                self._run_polled(sends, recvs, reducer)
             else:
                 self._receive(recvs, reducer, job)
                 while job is not None and not job.finished.wait(1.0):
@@ -377,6 +382,91 @@ class Group:
                 si += 1
             if i < len(recvs):
                 self._receive_one(recvs[i], reducer)
+
+    def _run_polled(self, sends: Sequence[Send], recvs: Sequence[Recv], reducer: Reducer | None) -> None:
+        """Run a schedule of any size on this thread alone, never blocking in a socket call (engine ``polled``).
+
+        The next send starts once the receives it waits for are done and is written as its socket takes it;
+        the next receive is read as its bytes arrive; when neither moves, ``poll`` waits for either socket.
+        One runnable thread per rank instead of two: on a machine whose cores are all busy, the ring's
+        chain (receive, open, reduce, seal, send) then waits for one thread to be scheduled, not for two
+        to hand work to each other. It cannot deadlock: a rank blocked on a full send buffer still reads.
+        """
+        si, ri, ns, nr = 0, 0, len(sends), len(recvs)
+        tx: Link | None = None  # the link a record is being written to
+        record = memoryview(b"")
+        off = 0  # bytes of it written
+        got = 0  # bytes held of the record recvs[ri]
+        poller = select.poll()
+        try:
+            while si < ns or ri < nr or tx is not None:
+                moved = False
+                if tx is None and si < ns and sends[si].after <= ri:
+                    tx = self._link(sends[si].peer)
+                    record, off = tx.begin_send(sends[si].src), 0
+                    si += 1
+                if tx is not None:
+                    k = tx.send_some(record[off:])
+                    off += k
+                    if off == len(record):
+                        tx.end_send()
+                        tx, moved = None, True
+                        continue  # the next send may be ready at once
+                    moved = k > 0
+                if ri < nr:
+                    r = recvs[ri]
+                    rx = self._link(r.peer)
+                    dst = self._scratch[: len(r.dst)] if r.reduce else r.dst
+                    now = rx.recv_some(dst, got)
+                    if now != got:
+                        moved, got = True, now
+                        if got == HEADER_SIZE + len(dst) + TAG_SIZE:
+                            if r.reduce:
+                                if reducer is None:
+                                    raise TransportError("a reducing schedule needs a reducer")
+                                reducer(r.dst, dst)
+                            ri, got = ri + 1, 0
+                if not moved:
+                    if tx is None and ri >= nr:
+                        raise TransportError(f"rank {self.rank}: a send waits for a receive the schedule lacks")
+                    self._await(poller, tx, self.links[recvs[ri].peer] if ri < nr else None)
+        except LinkBroken as exc:
+            # as the sender thread does: the peer's own reason, when it sent one, says more
+            link = self.links.get(exc.peer) if exc.peer is not None else None
+            raise (link.abort_notice(_GRACE) if link is not None else None) or exc from None
+        finally:
+            if tx is not None and off == 0:
+                tx.end_send()
+            # A record cut short keeps its link's sending held: the abort that follows must not write its
+            # notice into the middle of it (the peer would read garbage); it closes the link instead.
+
+    def _link(self, peer: int) -> Link:
+        link = self.links.get(peer)
+        if link is None or self.failure is not None:
+            self._check()
+            raise TransportError(f"no link to rank {peer} (the group is closed)", peer=peer)
+        return link
+
+    def _await(self, poller: select.poll, tx: Link | None, rx: Link | None) -> None:
+        """Wait until ``tx``'s socket takes bytes or ``rx``'s has some, at most the group's timeout."""
+        masks: dict[int, int] = {}
+        if tx is not None:
+            masks[tx.sock.fileno()] = select.POLLOUT
+        if rx is not None:
+            fd = rx.sock.fileno()
+            masks[fd] = masks.get(fd, 0) | select.POLLIN
+        for fd, mask in masks.items():
+            poller.register(fd, mask)
+        try:
+            ready = poller.poll(self.timeout * 1000)
+        finally:
+            for fd in masks:
+                if fd >= 0:
+                    poller.unregister(fd)
+        self._check()
+        if not ready:
+            peer = rx.peer if rx is not None else tx.peer if tx is not None else None
+            raise TransportError(f"timed out waiting for rank {peer}", peer=peer)
 
     def send_async(self, peer: int, parts: Sequence[memoryview], done: Callable[[TransportError | None], None]) -> None:
         """Queue point-to-point records to ``peer``; ``done`` is called from the sender thread."""

@@ -157,23 +157,89 @@ class Link:
         want = HEADER_SIZE + len(out) + TAG_SIZE
         buf = self._rx
         got = recv_header(self.sock, buf[:want], peer=self.peer)
-        kind, epoch, seq, length = unpack_header(buf[:HEADER_SIZE], peer=self.peer)
+        epoch, seq = self._data_header(len(out), got)
+        if got < want:
+            recv_exact(self.sock, buf[got:want], peer=self.peer, what="a record body")
+        self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:want], out, peer=self.peer)
+
+    def _data_header(self, size: int, got: int) -> tuple[int, int]:
+        """Check the header in ``_rx`` (``got`` bytes of the record read) as a DATA record of ``size`` bytes
+        that may be received now: its epoch and sequence. A peer's ABORT record raises its reason."""
+        kind, epoch, seq, length = unpack_header(self._rx[:HEADER_SIZE], peer=self.peer)
         if kind is RecordType.ABORT:
             raise self._abort_reason(epoch, seq, length, got)
         if kind is not RecordType.DATA:
             raise RecordError(
                 f"unexpected {kind.name} record from rank {self.peer} during a collective", peer=self.peer
             )
-        if length != len(out) + TAG_SIZE:
+        if length != size + TAG_SIZE:
             raise RecordError(
-                f"record from rank {self.peer} carries {length - TAG_SIZE} bytes where {len(out)} were expected "
+                f"record from rank {self.peer} carries {length - TAG_SIZE} bytes where {size} were expected "
                 "(truncated record, or the ranks disagree on the collective)",
                 peer=self.peer,
             )
         self.rx.check(epoch, seq, peer=self.peer)
-        if got < want:
-            recv_exact(self.sock, buf[got:want], peer=self.peer, what="a record body")
-        self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:want], out, peer=self.peer)
+        return epoch, seq
+
+    # --- without blocking: the polled engine moves records as the sockets take and give them ---------------
+
+    def begin_send(self, data: memoryview | bytes) -> memoryview:
+        """Seal ``data`` into this link's send buffer and return the record; the link's sending is held
+        (``tx_lock``) until :meth:`end_send`, so no other record (an abort notice) lands inside it."""
+        self.tx_lock.acquire()
+        try:
+            n = self.tx.seal_into(RecordType.DATA, data, self._tx)
+        except BaseException:
+            self.tx_lock.release()
+            raise
+        return self._tx[:n]
+
+    def send_some(self, record: memoryview) -> int:
+        """Write as much of ``record`` as the socket takes now (never blocks): the bytes written."""
+        try:
+            return self.sock.send(record, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            raise _broken(self.peer, exc) from exc
+
+    def end_send(self) -> None:
+        """The record from :meth:`begin_send` is written whole."""
+        self.tx_lock.release()
+
+    def recv_some(self, out: memoryview, got: int) -> int:
+        """Read what has arrived of the next DATA record for ``out`` (never blocks), ``got`` bytes of it held.
+
+        Returns how many bytes of the record are held now; once that is the whole record it was checked,
+        verified and decrypted into ``out``. Never reads past the record, and checks its header as soon as
+        the header is in, exactly as :meth:`recv_into` does.
+        """
+        want = HEADER_SIZE + len(out) + TAG_SIZE
+        buf = self._rx
+        try:
+            k = self.sock.recv_into(buf[got:want], want - got, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return got
+        except OSError as exc:
+            raise _broken(self.peer, exc) from exc
+        if k == 0:
+            if got == 0:
+                raise RecordError(
+                    f"connection to rank {self.peer} was closed (rank {self.peer} aborted, or the connection was cut)",
+                    peer=self.peer,
+                )
+            what = "a record header" if got < HEADER_SIZE else "a record body"
+            raise RecordError(
+                f"truncated record from rank {self.peer}: the stream ended after {got} of {want} bytes ({what})",
+                peer=self.peer,
+            )
+        before, got = got, got + k
+        if before < HEADER_SIZE <= got:
+            self._data_header(len(out), got)
+        if got == want:
+            _kind, epoch, seq, _length = unpack_header(buf[:HEADER_SIZE], peer=self.peer)
+            self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:want], out, peer=self.peer)
+        return got
 
     def recv_record(self, rtype: RecordType) -> bytes:
         """Receive the next protected record of type ``rtype`` (small control messages)."""
