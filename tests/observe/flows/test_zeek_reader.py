@@ -207,6 +207,16 @@ def test_fields_without_addresses_is_an_error(tmp_path: Path) -> None:
         ZeekReader().read(p)
 
 
+def test_an_empty_set_separator_is_named_not_a_traceback(tmp_path: Path) -> None:
+    """Found by the fuzz campaign: Arrow refused to split the set fields on an empty separator."""
+    p = tmp_path / "conn.log"
+    fields = "\t".join(("ts", "uid", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p", "proto", "tunnel_parents"))
+    p.write_bytes(f"#separator \\x09\n#set_separator\t\n#fields\t{fields}\n"
+                  "1.0\tC1\t10.0.0.1\t1\t10.0.0.2\t80\ttcp\t-\n".encode())  # fmt: skip
+    with pytest.raises(FlowSourceError, match=r"conn.log:2: empty #set_separator"):
+        ZeekReader().read(p)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tail=st.binary(max_size=600), cut=st.integers(min_value=0, max_value=4000))
 def test_hostile_input_never_crashes(tmp_path: Path, tail: bytes, cut: int) -> None:

@@ -174,6 +174,9 @@ def _directive(line: bytes, pending: dict[bytes, bytes], header: _Header | None,
     key = m.group(1)
     rest = line[1 + len(key) :]
     value = rest[1:] if rest[:1] in (sep, b" ") else rest
+    if key == b"set_separator" and not value:
+        # a set field is split on it; Zeek writes one character (default ",")
+        raise FlowSourceError(where, "empty #set_separator: a set field cannot be split on nothing")
     pending[key] = value
     if key != b"fields":
         return header
