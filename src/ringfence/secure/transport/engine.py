@@ -431,14 +431,43 @@ class Group:
                         raise TransportError(f"rank {self.rank}: a send waits for a receive the schedule lacks")
                     self._await(poller, tx, self.links[recvs[ri].peer] if ri < nr else None)
         except LinkBroken as exc:
-            # as the sender thread does: the peer's own reason, when it sent one, says more
-            link = self.links.get(exc.peer) if exc.peer is not None else None
-            raise (link.abort_notice(_GRACE) if link is not None else None) or exc from None
+            # as the sender thread does: what the peer's side of the link says, when it says something, says more
+            raise self._reason_after_broken(exc, recvs[ri] if ri < nr else None, got) or exc from None
         finally:
             if tx is not None and off == 0:
                 tx.end_send()
             # A record cut short keeps its link's sending held: the abort that follows must not write its
             # notice into the middle of it (the peer would read garbage); it closes the link instead.
+
+    def _reason_after_broken(self, exc: LinkBroken, pending: Recv | None, got: int) -> TransportError | None:
+        """After the polled engine found a link closed: the reason its remaining bytes give, if any.
+
+        The record being received from that peer (``pending``, ``got`` bytes of it held) is read on first,
+        for at most the grace period: the cut or bad tag it ends in, or the peer's ABORT in its place, names
+        the cause where the broken pipe does not — the threaded engine's receiving thread would have met it.
+        After that record, or with none pending there, the peer's abort notice is looked for as the other
+        engines do.
+        """
+        link = self.links.get(exc.peer) if exc.peer is not None else None
+        if link is None:
+            return None
+        if pending is not None and pending.peer == exc.peer:
+            dst = self._scratch[: len(pending.dst)] if pending.reduce else pending.dst
+            want = HEADER_SIZE + len(dst) + TAG_SIZE
+            poller = select.poll()
+            poller.register(link.sock.fileno(), select.POLLIN)
+            deadline = time.monotonic() + _GRACE
+            try:
+                while got < want:
+                    now = link.recv_some(dst, got)
+                    if now == got and not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                        return None  # nothing more within the grace period: the broken pipe stands
+                    got = now
+            except LinkBroken:
+                return None
+            except TransportError as err:
+                return err
+        return link.abort_notice(_GRACE)
 
     def _link(self, peer: int) -> Link:
         link = self.links.get(peer)
