@@ -370,10 +370,7 @@ class Group:
         for i in range(len(recvs) + 1):
             while si < ns and sends[si].after <= i:
                 s = sends[si]
-                link = self.links.get(s.peer)
-                if link is None or self.failure is not None:
-                    self._check()
-                    raise TransportError(f"no link to rank {s.peer} (the group is closed)", peer=s.peer)
+                link = self._link(s.peer)
                 try:
                     link.send(s.src)
                 except LinkBroken as exc:
@@ -470,6 +467,7 @@ class Group:
         return link.abort_notice(_GRACE)
 
     def _link(self, peer: int) -> Link:
+        """The link to ``peer`` while the group stands; the group's failure (or its closing) otherwise."""
         link = self.links.get(peer)
         if link is None or self.failure is not None:
             self._check()
@@ -478,6 +476,7 @@ class Group:
 
     def _await(self, poller: select.poll, tx: Link | None, rx: Link | None) -> None:
         """Wait until ``tx``'s socket takes bytes or ``rx``'s has some, at most the group's timeout."""
+        self._check()  # an abort closes the links: their sockets' descriptors are gone
         masks: dict[int, int] = {}
         if tx is not None:
             masks[tx.sock.fileno()] = select.POLLOUT
@@ -490,8 +489,7 @@ class Group:
             ready = poller.poll(self.timeout * 1000)
         finally:
             for fd in masks:
-                if fd >= 0:
-                    poller.unregister(fd)
+                poller.unregister(fd)
         self._check()
         if not ready:
             peer = rx.peer if rx is not None else tx.peer if tx is not None else None

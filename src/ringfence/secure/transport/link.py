@@ -35,14 +35,18 @@ def recv_exact(sock: socket.socket, out: memoryview, *, peer: int, what: str) ->
         except OSError as exc:
             raise _broken(peer, exc) from exc
         if k == 0:
-            if got == 0 and what == "a record header":
-                raise RecordError(
-                    f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
-                )
-            raise RecordError(
-                f"truncated record from rank {peer}: the stream ended after {got} of {n} bytes of {what}", peer=peer
-            )
+            raise _ended(peer, got, n, what)
         got += k
+
+
+def _ended(peer: int, got: int, n: int, what: str) -> RecordError:
+    """The stream ended after ``got`` of the ``n`` bytes of ``what``: closed between records, or a record cut."""
+    if got == 0 and what == "a record header":
+        return RecordError(
+            f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
+        )
+    return RecordError(f"truncated record from rank {peer}: the stream ended after {got} of {n} bytes of {what}",
+                       peer=peer)  # fmt: skip
 
 
 def recv_header(sock: socket.socket, buf: memoryview, *, peer: int) -> int:
@@ -62,15 +66,7 @@ def recv_header(sock: socket.socket, buf: memoryview, *, peer: int) -> int:
         except OSError as exc:
             raise _broken(peer, exc) from exc
         if k == 0:
-            if got == 0:
-                raise RecordError(
-                    f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
-                )
-            raise RecordError(
-                f"truncated record from rank {peer}: the stream ended after {got} of {HEADER_SIZE} bytes of a "
-                "record header",
-                peer=peer,
-            )
+            raise _ended(peer, got, HEADER_SIZE, "a record header")
         got += k
     return got
 
@@ -223,16 +219,9 @@ class Link:
         except OSError as exc:
             raise _broken(self.peer, exc) from exc
         if k == 0:
-            if got == 0:
-                raise RecordError(
-                    f"connection to rank {self.peer} was closed (rank {self.peer} aborted, or the connection was cut)",
-                    peer=self.peer,
-                )
-            what = "a record header" if got < HEADER_SIZE else "a record body"
-            raise RecordError(
-                f"truncated record from rank {self.peer}: the stream ended after {got} of {want} bytes ({what})",
-                peer=self.peer,
-            )
+            if got < HEADER_SIZE:
+                raise _ended(self.peer, got, HEADER_SIZE, "a record header")
+            raise _ended(self.peer, got - HEADER_SIZE, want - HEADER_SIZE, "a record body")
         before, got = got, got + k
         if before < HEADER_SIZE <= got:
             self._data_header(len(out), got)
