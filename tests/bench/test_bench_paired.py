@@ -139,3 +139,40 @@ def test_a_wrong_sum_fails_whatever_the_speed() -> None:
                                       for rep in cand.repeats))
     res = compare_paired(base, bad, [], GateBudget())
     assert res.verdict is GateVerdict.FAIL and "wrong elements" in res.reasons[0]
+
+
+def _tailed(slow: int, factor: float, rng: random.Random) -> Repeat:
+    """A repeat whose first ``slow`` of 20 iterations take ``factor`` times as long (1 % noise on all)."""
+    return Repeat(tuple(size_result_from_times(s, s // 4, [s / 1e3 * (factor if i < slow else 1.0)
+                                                           * (1 + rng.uniform(-0.01, 0.01))
+                                                           for i in range(CFG4.iterations)], 2, 0)
+                        for s in CFG4.sizes))
+
+
+def _tail_series(slow: int, factor: float, pairs: int = 3) -> tuple[BenchRun, BenchRun]:
+    rng = random.Random(11)
+    base = tuple(_tailed(0, 1.0, rng) for _ in range(pairs))
+    cand = tuple(_tailed(slow, factor, rng) for _ in range(pairs))
+    return BenchRun(CFG4, base), BenchRun(CFG4.__class__(**{**CFG4.__dict__, "layer": "cand"}), cand)
+
+
+# busbw's budget is opened wide: these judge the p99 check alone
+_P99_ONLY = GateBudget(busbw_loss_pct=90.0)
+
+
+def test_one_slow_iteration_per_candidate_arm_is_no_certain_p99_growth() -> None:
+    """The p99 of 20 iterations is the slowest: one 3x iteration in every candidate arm (a handshake, a
+    hiccup) is a p99 of +200 % in every pair — which another run of the same arm would not repeat."""
+    base, cand = _tail_series(1, 3.0)
+    res = compare_paired(base, cand, _loads([(0.1, 0.1)] * 3), _P99_ONLY)
+    p99 = res.sizes[0].p99
+    assert p99.change_pct is not None and p99.change_pct.estimate == pytest.approx(200, abs=5)
+    assert p99.verdict is not GateVerdict.FAIL and res.verdict is not GateVerdict.FAIL, res.summary()
+
+
+def test_a_tail_in_every_candidate_arm_still_fails_on_p99() -> None:
+    """A fifth of the candidate's iterations 2.5x slower: no resample of its arms escapes that tail."""
+    base, cand = _tail_series(4, 2.5)
+    res = compare_paired(base, cand, _loads([(0.1, 0.1)] * 3), _P99_ONLY)
+    assert res.sizes[0].p99.verdict is GateVerdict.FAIL and res.verdict is GateVerdict.FAIL, res.summary()
+    assert any(r.startswith("p99 growth") for r in res.reasons), res.reasons

@@ -7,7 +7,8 @@ share the machine's state, and the gate judges the **paired log-ratios** d_i = l
 
 - estimate: the median of d_i over pairs;
 - interval: a two-level bootstrap (resample pairs, and within each pair each arm's iterations when
-  per-iteration times exist) of that median;
+  per-iteration times exist) of that median — for busbw and for p99 alike: a p99 of a few
+  iterations is their slowest one, and its sampling error is part of the interval;
 - load: the ambient CPU busy share a (:mod:`ringfence.bench.load`) beside each arm bounds how much
   of d_i the load could explain. For a CPU-bound collective the worst case is a throughput in
   proportion to the free CPU, so a pair whose arms saw a_A and a_B may be off by up to
@@ -104,6 +105,24 @@ def _busbw_draws(results: Sequence[SizeResult], pick: np.ndarray, world: int,
     return flat
 
 
+def _p99_draws(results: Sequence[SizeResult], pick: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """p99 of each picked pair's arm over its iterations resampled: shape (R, n); None if none were recorded.
+
+    A p99 of a few iterations is their slowest one: without this level of the bootstrap one slow
+    iteration in each candidate arm (a tunnel's handshake, a scheduler hiccup) reads as a certain
+    regression of the layer, although another run of the same arm would not have had it.
+    """
+    iters = [len(r.times_us) for r in results]
+    if not all(k > 0 for k in iters) or len(set(iters)) != 1:
+        return None
+    times = np.array([r.times_us for r in results], dtype=np.float64)  # (n, m)
+    m = iters[0]
+    rank = max(math.ceil(round(0.99 * m, 9)), 1) - 1  # nearest rank, as stats.nearest_rank
+    inner = rng.integers(0, m, size=(*pick.shape, m))
+    drawn = times[pick[:, :, None], inner]
+    return np.asarray(np.partition(drawn, rank, axis=2)[:, :, rank])
+
+
 def _ends(point: float, plain: np.ndarray, low: np.ndarray, high: np.ndarray,
           confidence: float) -> tuple[Interval, Interval]:
     """(load-free, load-widened) intervals of the median log-ratio."""
@@ -159,7 +178,9 @@ def _check_size(size: int, base: Sequence[SizeResult], cand: Sequence[SizeResult
                           f"p99 latency not measured at {human_size(size)}: p99 growth cannot be bounded")
     else:
         d = np.log(np.array(cp, dtype=np.float64) / np.array(bp, dtype=np.float64))
-        p99, p_load = _metric("p99", size, d[pick], float(np.median(d)), slack, pick, budget.p99_growth_pct,
+        b_p99, c_p99 = _p99_draws(base, pick, rng), _p99_draws(cand, pick, rng)
+        d_draws = d[pick] if b_p99 is None or c_p99 is None else np.log(c_p99 / b_p99)
+        p99, p_load = _metric("p99", size, d_draws, float(np.median(d)), slack, pick, budget.p99_growth_pct,
                               budget, median([p for p in bp if p is not None]),
                               median([p for p in cp if p is not None]))
         by_load = by_load or p_load
