@@ -154,11 +154,23 @@ def test_layers_enabled_over_ssh_protect_the_lab_as_the_lab_target_does(
         if code == 0:
             break
     doc = json.loads(keys.read_text())
-    assert code == 0, json.dumps({k: v for k, v in doc.items() if k != "inventory"})[:3000]
+    assert code == 0, _what_failed(doc)
     assert {r["layer"] for r in doc["rotation"]} == {"tls", "wireguard"}, doc["rotation"]
     assert {f["layer"] for f in doc["fail_closed"]} == {"tls", "wireguard"}, doc["fail_closed"]
     assert all(f["plaintext_bytes"] == 0 and f["recovered"] for f in doc["fail_closed"]), doc["fail_closed"]
     assert {c["kind"]: c["outcome"] for c in doc["credentials"]}["revoked"] == "refused"
+
+
+def _what_failed(keys: dict[str, object]) -> str:
+    """The parts of a `verify keys` document that did not pass, each with its own detail, shortest first:
+    CI keeps only the head of a failure's message."""
+    parts = [f"verdict: {keys.get('verdict')}"]
+    for name in ("classes", "scope", "rotation", "fail_closed", "credentials"):
+        rows = keys.get(name) or []
+        parts.extend(f"{name}: " + json.dumps({k: v for k, v in row.items() if k != "flows"})[:600]
+                     for row in (rows.values() if isinstance(rows, dict) else rows)
+                     if isinstance(row, dict) and row.get("verdict") not in ("pass", "exempt"))
+    return "\n".join(parts) or json.dumps({k: v for k, v in keys.items() if k != "inventory"})[:3000]
 
 
 def _probe_outcomes(argv: list[str], out: Path) -> tuple[int, dict[tuple[str, str, str], str]]:
