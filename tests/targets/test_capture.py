@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ringfence.targets.capture import capture_site
+from ringfence.targets.capture import _LEAVE_OUT_OWN_SESSION, capture_site
 from ringfence.targets.interface import Host, RunResult, Site, TargetError
 
 
@@ -58,7 +60,43 @@ def test_every_hosts_egress_is_merged_by_time(tmp_path: Path) -> None:
         stamps.append(sec)
         off += 16 + incl
     assert stamps == [10, 20, 30]
-    assert a.argv[:4] == ["timeout", "-s", "INT", "2"] and ["-Q", "out"] == a.argv[7:9] and "eth0" in a.argv
+    cmd = a.argv[a.argv.index("timeout"):]
+    assert a.argv[:2] == ["sh", "-c"] and cmd[:4] == ["timeout", "-s", "INT", "2"] and ["-Q", "out"] == cmd[7:9]
+    assert "eth0" in cmd and out.left_out == {}  # these hosts said nothing of a session left out
+
+
+@pytest.mark.parametrize(
+    ("connection", "expression"),
+    [
+        ("10.77.0.5 50123 10.77.1.10 22",
+         "not (tcp and src host 10.77.1.10 and src port 22 and dst host 10.77.0.5 and dst port 50123)"),
+        ("fd00::5 40000 fd00::10 2222",
+         "not (tcp and src host fd00::10 and src port 2222 and dst host fd00::5 and dst port 40000)"),
+        (None, None), ("", None), ("junk", None), ("a b c d", None), ("1 2 3", None), ("1 2 3 4 5", None),
+    ],
+)
+def test_the_session_a_part_streams_back_on_is_left_out_of_it(connection: str | None,
+                                                              expression: str | None) -> None:
+    """The command each host runs, run here: sshd's $SSH_CONNECTION becomes a filter for that one connection
+    (the host's side of it, as the host sends it); anything else leaves the capture whole."""
+    env = {"PATH": os.environ["PATH"], **({"SSH_CONNECTION": connection} if connection is not None else {})}
+    res = subprocess.run(["sh", "-c", _LEAVE_OUT_OWN_SESSION, "sh", "printf", "<%s>"], env=env,
+                         capture_output=True, text=True, timeout=30, check=True)
+    assert res.stdout == (f"<{expression}>" if expression else "<>")
+    assert res.stderr == (f"ringfence-capture: left out {expression}\n" if expression else "")
+
+
+def test_what_a_part_left_out_is_recorded(tmp_path: Path) -> None:
+    said = ("ringfence-capture: left out not (tcp and src host 10.0.0.2 and src port 22 and dst host 10.0.0.1 and "
+            "dst port 5)")
+
+    class Said(TcpdumpHost):
+        def run(self, argv: Sequence[str], **kw: Any) -> RunResult:
+            got = super().run(argv, **kw)
+            return RunResult(got.argv, got.returncode, got.stdout, f"{said}\n3 packets captured".encode(), 1.0)
+
+    out = capture_site(_site(a=Said("a", _pcap(1)), b=TcpdumpHost("b", _pcap(2))), 1, tmp_path / "c.pcap")
+    assert out.left_out == {"a": said.removeprefix("ringfence-capture: left out ")}
 
 
 @pytest.mark.parametrize(
