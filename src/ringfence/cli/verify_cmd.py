@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace, *, drills: bool) -> int:
 
         print(f"capturing {args.seconds:g}s on every host of {site.kind} site {site.name}", file=sys.stderr)
         taken = capture_site(site, args.seconds, work / "verify.pcap")
-        if taken.left_out:  # each host's own filter is in the capture's record; one line here is enough
+        if taken.left_out:  # the filter each host used is in SiteCapture.left_out; one line here is enough
             print(f"not judged: the SSH connection each capture came back on ({len(taken.left_out)} of "
                   f"{len(taken.nodes)} hosts: {', '.join(sorted(taken.left_out))})", file=sys.stderr)
         flows = classify(PcapReader().read(taken.path).flows, policy)
