@@ -91,15 +91,21 @@ def load_slack(pair: PairLoad) -> float | None:
     return most
 
 
+def _iteration_draws(results: Sequence[SizeResult], pick: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """Each picked pair's arm, its iterations resampled: shape (R, n, m); None unless every arm recorded m."""
+    iters = [len(r.times_us) for r in results]
+    if not all(k > 0 for k in iters) or len(set(iters)) != 1:
+        return None
+    times = np.array([r.times_us for r in results], dtype=np.float64)  # (n, m)
+    inner = rng.integers(0, iters[0], size=(*pick.shape, iters[0]))
+    return np.asarray(times[pick[:, :, None], inner])
+
+
 def _busbw_draws(results: Sequence[SizeResult], pick: np.ndarray, world: int,
                  rng: np.random.Generator) -> np.ndarray:
     """busbw of each picked pair's arm, its iterations resampled when they were recorded: shape (R, n)."""
-    iters = [len(r.times_us) for r in results]
-    if all(k > 0 for k in iters) and len(set(iters)) == 1:
-        times = np.array([r.times_us for r in results], dtype=np.float64)  # (n, m)
-        m = iters[0]
-        inner = rng.integers(0, m, size=(*pick.shape, m))
-        drawn = times[pick[:, :, None], inner]
+    drawn = _iteration_draws(results, pick, rng)
+    if drawn is not None:
         return np.asarray(results[0].size / drawn.mean(axis=2) / 1e3 * busbw_factor(world))
     flat: np.ndarray = np.array([r.busbw for r in results], dtype=np.float64)[pick]
     return flat
@@ -112,14 +118,10 @@ def _p99_draws(results: Sequence[SizeResult], pick: np.ndarray, rng: np.random.G
     iteration in each candidate arm (a tunnel's handshake, a scheduler hiccup) reads as a certain
     regression of the layer, although another run of the same arm would not have had it.
     """
-    iters = [len(r.times_us) for r in results]
-    if not all(k > 0 for k in iters) or len(set(iters)) != 1:
+    drawn = _iteration_draws(results, pick, rng)
+    if drawn is None:
         return None
-    times = np.array([r.times_us for r in results], dtype=np.float64)  # (n, m)
-    m = iters[0]
-    rank = max(math.ceil(round(0.99 * m, 9)), 1) - 1  # nearest rank, as stats.nearest_rank
-    inner = rng.integers(0, m, size=(*pick.shape, m))
-    drawn = times[pick[:, :, None], inner]
+    rank = max(math.ceil(round(0.99 * drawn.shape[2], 9)), 1) - 1  # nearest rank, as stats.nearest_rank
     return np.asarray(np.partition(drawn, rank, axis=2)[:, :, rank])
 
 
