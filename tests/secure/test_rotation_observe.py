@@ -59,6 +59,38 @@ def test_failures_after_the_rotation_began_are_counted_and_named() -> None:
     assert "worker-0: shard: TimeoutError" in obs.job and "before the rotation" not in obs.job, obs.job
 
 
+class _SlowCheckpoints(_Job):
+    """Steps every 0.1 s (until ``stop_at``, if given); checkpoints only up to 0.5 s and again from ``again``."""
+
+    def __init__(self, again: float, stop_at: float | None = None) -> None:
+        super().__init__({})
+        self.again, self.stop_at = again, stop_at
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        age = time.time() - self.t0
+        stepped = min(age, self.stop_at) if self.stop_at is not None else age
+        ckpt = 1 + (int((age - self.again) * 10) if age >= self.again else 0)
+        return {f"{w}-worker": {"counters": {"steps": int(stepped * 10), "shards_read": int(stepped * 10),
+                                             "checkpoints_written": ckpt}} for w in ("worker-0", "worker-1")}
+
+
+def test_a_job_still_stepping_is_waited_for_until_it_checkpoints() -> None:
+    """The next checkpoint comes 11 s after the rotation (a slow host's few steps), past the 10 s a stalled job
+    is given: the ranks are stepping, so it is awaited — a fixed 10 s wait judged this job FAILED."""
+    job = _SlowCheckpoints(again=0.0)
+    obs = _observe(job, ("worker-0", "worker-1"), 0.3, lambda: setattr(job, "again", time.time() - job.t0 + 11.0))
+    assert obs.survived, obs.job
+
+
+def test_a_job_that_stops_stepping_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rotation, "_QUIET_MIN", 1.0)
+    job = _SlowCheckpoints(again=1e9)
+    t0 = time.monotonic()
+    obs = _observe(job, ("worker-0", "worker-1"), 0.3, lambda: setattr(job, "stop_at", time.time() - job.t0))
+    assert not obs.survived and "checkpoints after False" in obs.job, obs.job
+    assert time.monotonic() - t0 < 2.0 + 0.3 + 1.0 + 5.0  # baseline, settle, the quiet limit, slack
+
+
 # --- the IPsec rotation's judgement, each of its facts taken away in turn ---------------------------------
 
 

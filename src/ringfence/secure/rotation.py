@@ -142,6 +142,37 @@ def max_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(points, points[1:], strict=False))
 
 
+#: The longest a rotation waits, after its settle time, for every rank to checkpoint again.
+_CHECKPOINT_CAP = 90.0
+#: No rank stepping for this long (or ten of the job's usual step times, if longer) is a stalled job.
+_QUIET_MIN = 10.0
+
+
+def _await_checkpoints(sampler: Sampler, workers: tuple[str, ...], t_rot: float, t_done: float,
+                       settle: float) -> None:
+    """Wait ``settle`` s after the rotation, then until every rank has written a checkpoint since it ended.
+
+    Bounded by what the job shows, not by a fixed time: while its ranks still step, a checkpoint is a few
+    steps away (on a slow host that can be well over ten seconds), so the wait goes on; once no rank has
+    stepped for ten of its usual step times (at least :data:`_QUIET_MIN`) the job has stalled and the wait ends — the
+    missing checkpoint is then the finding. :data:`_CHECKPOINT_CAP` bounds it in any case.
+    """
+    before = [b - a for w in workers
+              for a, b in zip(sampler.progress_times(w, "steps"), sampler.progress_times(w, "steps")[1:],
+                              strict=False) if b < t_rot]
+    quiet_limit = max(_QUIET_MIN, 10.0 * statistics.median(before)) if before else _QUIET_MIN
+    cap = t_done + settle + _CHECKPOINT_CAP
+    while True:
+        now = time.time()
+        if now >= t_done + settle:
+            if all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers):
+                return
+            stepped = max((t for w in workers for t in sampler.progress_times(w, "steps")), default=t_done)
+            if now >= cap or now - max(stepped, t_done + settle) > quiet_limit:
+                return
+        time.sleep(0.2)
+
+
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat()
 
@@ -161,12 +192,7 @@ def _observe(watch: JobWatch, workers: tuple[str, ...], settle: float, act: Call
         t_rot = time.time()
         act()
         t_done = time.time()
-        deadline = t_done + settle + 10.0
-        while time.time() < t_done + settle or (
-            time.time() < deadline
-            and not all(any(t > t_done for t in sampler.progress_times(w, "checkpoints_written")) for w in workers)
-        ):
-            time.sleep(0.2)
+        _await_checkpoints(sampler, workers, t_rot, t_done, settle)
         t_end = time.time()
     steps = {w: sampler.progress_times(w, "steps") for w in workers}
     before = [b - a for w in workers for a, b in zip(steps[w], steps[w][1:], strict=False) if b < t_rot]
