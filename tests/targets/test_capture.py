@@ -13,6 +13,7 @@ import pytest
 
 from ringfence.targets.capture import _LEAVE_OUT_OWN_SESSION, capture_site
 from ringfence.targets.interface import Host, RunResult, Site, TargetError
+from ringfence.targets.ssh import SshExecutor
 
 
 def _pcap(*stamps: int) -> bytes:
@@ -60,9 +61,34 @@ def test_every_hosts_egress_is_merged_by_time(tmp_path: Path) -> None:
         stamps.append(sec)
         off += 16 + incl
     assert stamps == [10, 20, 30]
-    cmd = a.argv[a.argv.index("timeout"):]
-    assert a.argv[:2] == ["sh", "-c"] and cmd[:4] == ["timeout", "-s", "INT", "2"] and ["-Q", "out"] == cmd[7:9]
-    assert "eth0" in cmd and out.left_out == {}  # these hosts said nothing of a session left out
+    # not streamed over SSH: the command as it is, nothing left out
+    assert a.argv[:4] == ["timeout", "-s", "INT", "2"] and ["-Q", "out"] == a.argv[7:9] and "eth0" in a.argv
+    assert out.left_out == {}
+
+
+class SshTcpdump(SshExecutor):
+    """An SSH host whose session runs the capture's wrapper as sshd would, with $SSH_CONNECTION set."""
+
+    def __init__(self, tmp: Path) -> None:
+        super().__init__("192.0.2.7", user="root", key=tmp / "key", known_hosts=tmp / "known", name="n1")
+        self.argv: list[str] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        self.argv = list(argv)
+        # the wrapper as the host's shell runs it, its command (tcpdump) replaced by `true`; the pcap made here
+        res = subprocess.run([*argv[:4], "true"], capture_output=True, timeout=30, check=True,
+                             env={"PATH": os.environ["PATH"], "SSH_CONNECTION": "192.0.2.1 40000 192.0.2.7 22"})
+        return RunResult(tuple(argv), 124, _pcap(1), res.stderr, 1.0)
+
+
+def test_over_ssh_the_stream_is_left_out_and_recorded(tmp_path: Path) -> None:
+    host = SshTcpdump(tmp_path)
+    site = Site("s1", "ssh", {"n1": Host("n1", "192.0.2.7", host, interface="eth0")})
+    out = capture_site(site, 2, tmp_path / "c.pcap")
+    assert host.argv[:2] == ["sh", "-c"] and host.argv[4:8] == ["timeout", "-s", "INT", "2"]
+    expression = "not (tcp and src host 192.0.2.7 and src port 22 and dst host 192.0.2.1 and dst port 40000)"
+    assert out.left_out == {"n1": expression}
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringfence.targets.interface import FABRIC_HOST, Host, Site, TargetError
+from ringfence.targets.ssh import SshExecutor
 
 _MAGICS = (b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
 #: exit status of ``timeout`` when it ended the capture (the normal end of a timed capture)
@@ -56,9 +57,12 @@ def _one(host: Host, seconds: float, snaplen: int) -> tuple[str, bytes | None, s
     """(host, its pcap or None, why it is missing — or, with a pcap, the filter that left its own session out)."""
     if not host.interface:
         return host.name, None, f"{host.name}: no interface is known (set interface: in the hosts file)"
-    argv = ["sh", "-c", _LEAVE_OUT_OWN_SESSION, "sh",
-            "timeout", "-s", "INT", f"{seconds:g}", "tcpdump", "-i", host.interface, "-Q", "out", "-n", "-U",
+    argv = ["timeout", "-s", "INT", f"{seconds:g}", "tcpdump", "-i", host.interface, "-Q", "out", "-n", "-U",
             "-Z", "root", "-s", str(snaplen), "-w", "-"]
+    if isinstance(host.executor, SshExecutor):  # streamed back over the network: leave that stream out
+        # (only there: a local executor inherits this process's environment, whose $SSH_CONNECTION, if any,
+        # is the user's own login — traffic to judge, not ours to hide)
+        argv = ["sh", "-c", _LEAVE_OUT_OWN_SESSION, "sh", *argv]
     try:
         res = host.executor.run(argv, timeout=seconds + 30)
     except TargetError as exc:
