@@ -143,7 +143,7 @@ def max_gap(times: list[float], start: float, end: float) -> float:
 
 
 #: The longest a rotation waits, after its settle time, for every rank to checkpoint again.
-_CHECKPOINT_CAP = 90.0
+_CHECKPOINT_CAP = 45.0
 #: No rank stepping for this long (or ten of the job's usual step times, if longer) is a stalled job.
 _QUIET_MIN = 10.0
 
