@@ -17,6 +17,7 @@ from ringfence.secure.transport.wire import (
     RecordError,
     RecordType,
     RxState,
+    StreamClosed,
     TransportError,
     TxState,
     pack_header,
@@ -42,7 +43,7 @@ def recv_exact(sock: socket.socket, out: memoryview, *, peer: int, what: str) ->
 def _ended(peer: int, got: int, n: int, what: str) -> RecordError:
     """The stream ended after ``got`` of the ``n`` bytes of ``what``: closed between records, or a record cut."""
     if got == 0 and what == "a record header":
-        return RecordError(
+        return StreamClosed(
             f"connection to rank {peer} was closed (rank {peer} aborted, or the connection was cut)", peer=peer
         )
     return RecordError(f"truncated record from rank {peer}: the stream ended after {got} of {n} bytes of {what}",
@@ -249,9 +250,10 @@ class Link:
     def abort_notice(self, grace: float) -> TransportError | None:
         """After a send found the connection closed: the peer's ABORT notice, if it sent one first.
 
-        Reads what is left on the connection for at most ``grace`` seconds per read: DATA records the
-        peer sent before aborting are verified and discarded, an ABORT record gives its reason. Anything
-        else (nothing within ``grace``, a closed stream, a bad record) gives None. The group is aborted
+        Called at a record boundary. Reads what is left on the connection for at most ``grace`` seconds
+        per read: DATA records the peer sent before aborting are verified and discarded, an ABORT record
+        gives its reason, and a record that fails (cut short, a bad tag, out of sequence) gives that
+        error. Nothing within ``grace``, or the stream closed between records, gives None. The group is aborted
         and this link closed right after, so consuming records here changes nothing a collective sees.
         """
         try:
@@ -269,8 +271,14 @@ class Link:
                 recv_exact(self.sock, buf[HEADER_SIZE:end], peer=self.peer, what="a record body")
                 discard = memoryview(bytearray(length - TAG_SIZE))
                 self.rx.open_into(bytes(buf[:HEADER_SIZE]), epoch, seq, buf[HEADER_SIZE:end], discard, peer=self.peer)
+        except StreamClosed:
+            return None  # closed between records: the caller's own error stands
+        except RecordError as err:
+            # what the peer's stream itself shows — a record cut short, one failing its tag or sequence — is
+            # the cause where a broken pipe only says the connection went (the receiving side would meet it)
+            return err
         except (OSError, TransportError):
-            return None  # the connection says nothing more: the caller's own error stands
+            return None  # the connection says nothing more within the grace period
         return None
 
     def _abort_reason(self, epoch: int, seq: int, length: int, got: int) -> TransportError:

@@ -73,6 +73,10 @@ class RecordError(TransportError):
     """A record failed verification: bad magic, bad tag, replay, reorder, truncation, unknown epoch."""
 
 
+class StreamClosed(RecordError):
+    """The stream ended between two records: the peer closed it (as it does when it aborts), or it was cut."""
+
+
 @dataclass(frozen=True)
 class KeyEvent:
     """A key lifecycle event for the evidence store (never key material)."""
@@ -260,6 +264,7 @@ __all__ = [
     "RecordError",
     "RecordType",
     "RxState",
+    "StreamClosed",
     "TransportError",
     "TxState",
     "derive_chains",
