@@ -5,6 +5,7 @@ passes ``encryption_keys``. One private lab for the whole module (the shared ``l
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
         wireguard_run.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
         wireguard_run.set_collective_class(lab.site(), ["collective"])
+        # The ranks' gloo connections now run through the tunnel; until its first handshake they are in TCP
+        # back-off, which on a loaded host outlasted four 5 s captures. Capture once every rank stepped again.
+        _steps_resume(lab, timeout=180)
         # >= one replication. A capture that starts inside an SSH session cannot see its banner, and SSH
         # without its handshake is (rightly) `unknown`: take the capture again rather than judge that one.
         # Likewise a capture taken while the job is still in TCP back-off after the tunnel came up shows no
@@ -86,6 +90,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         finally:
             lab.down()
             StateStore(lab.name).forget()
+
+
+def _steps_resume(lab: Lab, *, timeout: float) -> None:
+    """Until every rank of the lab's job has taken two more steps (bounded by ``timeout``)."""
+
+    def steps() -> dict[str, int]:
+        return {k: int(v.get("counters", {}).get("steps", 0)) for k, v in lab.agent_status().items()
+                if k.endswith("-worker")}
+
+    start, deadline = steps(), time.monotonic() + timeout
+    while not all(n >= start.get(k, 0) + 2 for k, n in steps().items()):
+        assert time.monotonic() < deadline, f"the job took no steps for {timeout:.0f} s: {lab.agent_status()}"
+        time.sleep(0.5)
 
 
 def _assess(s: Secured, pcap: Path, facts: Any, name: str) -> Any:
