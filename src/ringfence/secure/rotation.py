@@ -157,9 +157,8 @@ def _await_checkpoints(sampler: Sampler, workers: tuple[str, ...], t_rot: float,
     stepped for ten of its usual step times (at least :data:`_QUIET_MIN`) the job has stalled and the wait ends — the
     missing checkpoint is then the finding. :data:`_CHECKPOINT_CAP` bounds it in any case.
     """
-    before = [b - a for w in workers
-              for a, b in zip(sampler.progress_times(w, "steps"), sampler.progress_times(w, "steps")[1:],
-                              strict=False) if b < t_rot]
+    steps = [sampler.progress_times(w, "steps") for w in workers]
+    before = [b - a for times in steps for a, b in zip(times, times[1:], strict=False) if b < t_rot]
     quiet_limit = max(_QUIET_MIN, 10.0 * statistics.median(before)) if before else _QUIET_MIN
     cap = t_done + settle + _CHECKPOINT_CAP
     while True:
