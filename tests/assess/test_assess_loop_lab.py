@@ -22,6 +22,8 @@ import yaml
 from ringfence.cli import main
 from ringfence.controls.registry import REGISTRY
 from ringfence.enforce.apply import rollback
+from ringfence.enforce.facts import load_probe_facts
+from ringfence.enforce.probe_matrix import behaviour_failed
 from ringfence.errors import EnvironmentProblem
 from ringfence.evidence import EvidenceStore
 from ringfence.evidence.checkpoint import load_signer, public_bytes
@@ -72,6 +74,16 @@ def _change(work: Path, policy: Path, text: str, ticket: str, name: list[str], s
                  str(store)]) == 0
 
 
+def _probe(policy: Path, out: Path, name: list[str], store: Path, *extra: str) -> None:
+    """``ringfence probe`` that must show every expected behaviour; when it does not, the failure names the probes."""
+    code = main(["probe", str(policy), "--target", "lab", *name, "-o", str(out), *extra, "--store", str(store)])
+    if code != 0:
+        rows = load_probe_facts(out) if out.exists() else ()
+        bad = [f"{r.expected} {r.source} → {r.destination}: {r.outcome}; {r.detail}"
+               for r in rows if behaviour_failed(r)]
+        raise AssertionError(f"probe exited {code}; not as expected: {bad or 'no probes file'}")
+
+
 def _steps(lab: Lab) -> int:
     return sum(int(s.get("counters", {}).get("steps", 0)) for k, s in lab.agent_status().items() if "worker" in k)
 
@@ -107,18 +119,15 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             files = {o: work / f"{f}.json" for o, f in OPTIONS.items()}
             # a change traced through request → approval → deploy (probed) → rollback, as change_control asks
             _change(work, policy, text, "CHG-1", name, store)
-            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "v1-probes.json"),
-                         "--store", str(store)]) == 0
+            _probe(policy, work / "v1-probes.json", name, store)
             variant = yaml.safe_load(text)
             variant["approved"] = [f for f in variant["approved"] if f["id"] != "aux-telemetry"]
             _change(work, policy, yaml.safe_dump(variant, sort_keys=False), "CHG-2", name, store)
-            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "v2-probes.json"),
-                         "--store", str(store)]) == 0
+            _probe(policy, work / "v2-probes.json", name, store)
             assert main(["change", "rollback", "--target", "lab", *name, "--by", "cab@lab", "--evidence",
                          str(store)]) == 0
             _commit(repo, policy, text, "CHG-2 rolled back")  # the repository says what is in force again
-            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(work / "first-probes.json"),
-                         "--store", str(store)]) == 0  # verifies the applied version
+            _probe(policy, work / "first-probes.json", name, store)  # verifies the applied version
             # the drill before the layers: its collector check speaks plain HTTP to the management API; a job
             # is contained (a lone node shares its zone's segment with its peers, out of the fabric's reach)
             assert main(["contain", "--job", "train-b", "--drill", *name, "--policy", str(policy), "--store",
@@ -128,9 +137,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
             wireguard_run.set_collective_class(lab.site(), ["collective"])
             _steps_advance(lab, by=3, timeout=90)
-            assert main(["probe", str(policy), "--target", "lab", *name, "-o", str(files["--probes"]),
-                         "--ruleset", str(files["--ruleset"]), "--changes", str(files["--changes"]),
-                         "--store", str(store)]) == 0
+            _probe(policy, files["--probes"], name, store, "--ruleset", str(files["--ruleset"]), "--changes",
+                   str(files["--changes"]))
             # verify's own exit is 1 when its short capture missed a class; its drills are what assess reads
             assert main(["verify", "keys", "--target", "lab", *name, "--policy", str(policy), "-o",
                          str(files["--keys"]), "--evidence", str(store), "--work", str(work / "verify")]) in (0, 1)

@@ -146,6 +146,56 @@ def test_probe_facts_round_trip_and_bad_files(tmp_path: Path) -> None:
         load_probe_facts(tmp_path / "other.json")
 
 
+class BusyHost(FakeHost):
+    """A busy source: each (host, port) answers from its own list of outcomes, one per try, keeping the timeouts."""
+
+    def __init__(self, name: str, tries: Mapping[tuple[str, int], Sequence[str]]) -> None:
+        super().__init__(name)
+        self.tries = {k: list(v) for k, v in tries.items()}
+        self.timeouts: list[tuple[str, int, float]] = []
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> RunResult:
+        if argv[:2] != ["python3", "-c"] or len(argv) == 3:
+            return super().run(argv, timeout=timeout, stdin=stdin, env=env)
+        rows = []
+        for t in json.loads(argv[3]):
+            self.timeouts.append((t["host"], t["port"], t["timeout"]))
+            out = self.tries[(t["host"], t["port"])].pop(0)
+            answer = out == "connected" or out == "no answer"
+            rows.append({"outcome": "connected" if answer else out, "sport": 41000 + len(self.timeouts),
+                         "app": (out == "connected") if t["app"] and answer else None,
+                         "detail": "TimeoutError: timed out" if out in ("no answer", "timeout") else ""})
+        return RunResult(tuple(argv), 0, json.dumps(rows).encode(), b"", 0.0)
+
+
+def test_a_permitted_path_that_ran_out_of_time_is_tried_once_more_and_only_then_judged(
+        two_jobs: Policy, tmp_path: Path) -> None:
+    user = BusyHost("user", {("10.77.3.10", 8000): ["no answer", "connected"],  # slow answer through a sidecar
+                             ("10.77.3.10", 8001): ["timeout", "timeout"],  # still nothing: a failure
+                             ("10.77.3.10", 8002): ["refused"],  # refused is a fact: never tried again
+                             ("10.77.3.10", 22): ["timeout"]})  # a deny is never tried again
+    mgmt = FakeHost("mgmt", listening=frozenset({22, 8000, 8001, 8002}))
+    plan = ProbePlan((
+        ProbeSpec("user", "mgmt", "10.77.3.10", 8000, "allow", "http", "user-submit"),
+        ProbeSpec("user", "mgmt", "10.77.3.10", 8001, "allow", "http", "user-submit"),
+        ProbeSpec("user", "mgmt", "10.77.3.10", 8002, "allow", "", "user-submit"),
+        ProbeSpec("user", "mgmt", "10.77.3.10", 22, "deny"),
+    ))
+    store = EvidenceStore.open(tmp_path / "ev")
+    run = run_probes(two_jobs, plan, {"user": user, "mgmt": mgmt, "fabric": FakeHost("fabric")}, store,
+                     target="fake", timeout=1.5)
+    slow, dead, refused, deny = run.results
+    assert slow.outcome == "connected" and not behaviour_failed(slow) and "second try" in slow.detail
+    assert dead.outcome == "timeout" and behaviour_failed(dead)
+    assert refused.outcome == "refused" and behaviour_failed(refused)
+    assert deny.outcome == "timeout"
+    assert sorted(user.timeouts) == sorted([("10.77.3.10", 8000, 1.5), ("10.77.3.10", 8001, 1.5),
+                                            ("10.77.3.10", 8002, 1.5), ("10.77.3.10", 22, 1.5),
+                                            ("10.77.3.10", 8000, 6.0), ("10.77.3.10", 8001, 6.0)])
+    assert [p["tries"] for p in store.get(run.evidence).data["probes"]] == [2, 2, 1, 1]
+
+
 class DownHost(FakeHost):
     """A host whose executor cannot reach it at all (an SSH host that stopped answering)."""
 

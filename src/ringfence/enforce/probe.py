@@ -81,6 +81,13 @@ class RawProbe:
     sport: int
     app_ok: bool | None  # None: no application exchange attempted
     detail: str
+    tries: int = 1  # 2: the first try timed out and this is the second, with a longer timeout
+
+    def timed_out(self) -> bool:
+        """Whether the connection or its application greeting ran out of time (not refused, not reset)."""
+        if self.outcome == "timeout":
+            return True
+        return self.outcome == "connected" and self.app_ok is False and "timed out" in self.detail
 
 
 def tcp_probe(executor: Executor, host: str, port: int, *, app: str = "", timeout: float = 2.0) -> RawProbe:

@@ -47,6 +47,8 @@ from ringfence.targets.ops import listening_ports
 SOURCE = "enforce.probe"  # = ringfence.enforce.facts.PROBE_SOURCE
 #: Default probe timeout (s): far above a lab or data-centre round trip, short enough to keep runs quick.
 DEFAULT_TIMEOUT = 1.5
+#: A permitted path that ran out of time is tried once more with this many times the timeout.
+RETRY_FACTOR = 4
 
 Progress = Callable[[str], None]
 DeniedKey = tuple[str, str, str, int, int]  # saddr, daddr, proto, sport, dport
@@ -275,7 +277,7 @@ def plan_probes(policy: Policy, listening: Mapping[str, frozenset[int]],
 
 
 def _run_batches(plan: Sequence[ProbeSpec], executors: Mapping[str, Executor], timeout: float,
-                 progress: Progress) -> dict[int, RawProbe]:
+                 progress: Progress, *, retry: bool = True) -> dict[int, RawProbe]:
     by_source: dict[str, list[int]] = {}
     for i, p in enumerate(plan):
         by_source.setdefault(p.source, []).append(i)
@@ -303,6 +305,16 @@ def _run_batches(plan: Sequence[ProbeSpec], executors: Mapping[str, Executor], t
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(by_source)))) as pool:
         for pairs in pool.map(batch, list(by_source)):
             out.update(pairs)
+    # An allow probe that ran out of time on a busy host (its connect, or the answer through a TLS sidecar)
+    # has not shown the path closed: it is tried once more with a longer timeout, and passes only if that
+    # try connects and answers. Deny probes are never retried: a deny that connected is a fact as it stands.
+    again = [i for i in sorted(out) if retry and plan[i].expected == "allow" and out[i].timed_out()]
+    if again:
+        longer = timeout * RETRY_FACTOR
+        progress(f"{len(again)} permitted path(s) ran out of time; trying them again with a {longer:g}s timeout")
+        second = _run_batches([plan[i] for i in again], executors, longer, progress, retry=False)
+        for j, i in enumerate(again):
+            out[i] = dataclasses.replace(second[j], tries=2)
     return out
 
 
@@ -316,6 +328,8 @@ def _judge(spec: ProbeSpec, raw: RawProbe, saddr: str, listening: frozenset[int]
             outcome, detail = "error", f"connected, but the {spec.app} exchange failed: {raw.detail}"
         elif outcome == "connected" and spec.app:
             detail = f"{spec.app} answered {raw.detail}"
+        if raw.tries > 1:
+            detail = f"{detail}; on the second try (the first ran out of time)"
         if stand_in is not None:
             detail = f"{detail}; to a {stand_in.describe()}" if detail else f"to a {stand_in.describe()}"
         return ProbeResult(spec.source, dest, spec.proto, spec.port, "allow", outcome, None, detail, (), spec.rule)
@@ -388,7 +402,7 @@ def run_probes(policy: Policy, plan: ProbePlan, points: Mapping[str, Executor], 
     listed = {n: tuple(sorted(v)) if v is not None else None for n, v in listen.items()}
     data: dict[str, Any] = {
         "target": target, "cluster": policy.cluster, "timeout": timeout, "seconds": round(seconds, 3),
-        "probes": [dict(dataclasses.asdict(r), why=p.why, sport=raws[i].sport)
+        "probes": [dict(dataclasses.asdict(r), why=p.why, sport=raws[i].sport, tries=raws[i].tries)
                    for i, (r, p) in enumerate(zip(results, plan.probes, strict=True))],
         "skipped": [*plan.skipped, *stand_in_failures],
         "stand_ins": [dataclasses.asdict(x) | {"detail": x.describe()} for x in stand_ins],
