@@ -12,6 +12,7 @@ import pytest
 
 from ringfence.cli import main
 from ringfence.enforce.apply import apply_policy, rollback
+from ringfence.enforce.probe import tcp_probe
 from ringfence.evidence import EvidenceStore
 from ringfence.lab import Lab
 from ringfence.lab.points import lab_inventory, lab_points
@@ -25,15 +26,21 @@ pytestmark = pytest.mark.privileged
 
 
 def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, tmp: Path,
-           after: datetime, objects: str | None = None) -> Trace:
+           after: datetime, objects: str | None = None, provoke: tuple[str, str, int] | None = None) -> Trace:
     """Wait (observing the logs, up to 60 s) until a flow decided after ``after`` is in the telemetry, then
-    reconstruct it (the session's lab keeps the logs of earlier tests' policies: those are not this one's)."""
+    reconstruct it (the session's lab keeps the logs of earlier tests' policies: those are not this one's).
+
+    ``provoke`` (node, host, port): make one attempt of the flow from that node before each look, so the
+    wait is bounded by what the test does, not by an agent's cadence on a busy host."""
     points = lab_points(lab)
     dirs = {p: str(point_dir(lab.telemetry_dir, p)) for p in points}
     deadline = time.monotonic() + 60
     n = 0
     while True:
         n += 1
+        if provoke is not None:
+            node, host, port = provoke
+            tcp_probe(points[node], host, port, timeout=1.0)  # dropped by policy: a timeout, and a log record
         got = collect(points, dirs, tmp / f"{sample}-{time.monotonic_ns()}-{n}")
         try:
             trace = reconstruct(load(got.files), lab.policy(), sample,  # type: ignore[arg-type]
@@ -67,7 +74,7 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
         allowed = _trace(lab, store, target, "allowed", f"{f.src}:{f.sport}-{f.dst}:{f.dport}/tcp", tmp_path,
                          t_apply)
         denied = _trace(lab, store, target, "denied", f"{addr('aux')}:*-{addr('storage')}:8080/tcp", tmp_path,
-                        t_apply)
+                        t_apply, provoke=("aux", addr("storage"), 8080))
         # a flow that carried a request the object server served: its access log joined by the 5-tuple
         read = _trace(lab, store, target, "allowed", f"{addr('worker-0')}:*-{addr('storage')}:8080/tcp", tmp_path,
                       t_apply, objects="served")
