@@ -45,8 +45,9 @@ def _trace(lab: Lab, store: EvidenceStore, target: str, sample: str, flow: str, 
         try:
             trace = reconstruct(load(got.files), lab.policy(), sample,  # type: ignore[arg-type]
                                 spec=FlowSpec.parse(flow), store=store, target=target,
-                                objects=objects)  # type: ignore[arg-type]
-            if (trace.records or sample == "denied") and datetime.fromisoformat(trace.decision.time) >= after:
+                                objects=objects, since=after)  # type: ignore[arg-type]
+            assert datetime.fromisoformat(trace.decision.time) >= after
+            if trace.records or sample == "denied":
                 return trace
         except NoSample:
             if time.monotonic() > deadline:
@@ -82,6 +83,7 @@ def test_allowed_and_denied_flows_reconstructed_end_to_end(lab: Lab, tmp_path: P
         out = tmp_path / "trace.json"
         page = tmp_path / "trace.html"
         code = main(["trace", "--sample", "denied", "--flow", f"{addr('aux')}:*-{addr('storage')}:8080/tcp",
+                     "--since", t_apply.isoformat(),
                      "--target", "lab", "--name", lab.name, "--evidence", str(tmp_path / "evidence"), "-o", str(out),
                      "--html", str(page)])
     finally:

@@ -137,3 +137,32 @@ def test_hubble_drop_feeds_the_same_trace(policy: Policy) -> None:
     assert tr.decision.state == "hubble-dropped" and tr.decision.rule is None
     assert "DROPPED" in tr.decisions[0].prefix
     assert not tr.attributed or tr.src.identity is not None or tr.dst.identity is not None
+
+
+def test_since_leaves_out_an_earlier_policys_better_scored_drop(tmp_path: Path, policy: Policy) -> None:
+    # an old drop of the flow that conntrack also recorded (it scores higher: a conntrack record), and a new
+    # one after a change, without: the sample "since the change" is the new one, never the old
+    t = time.time() - 600
+    drops = [_ulogd(t + dt, "aux", AUX, "rf-drop aux/output ", 0, sport) for dt, sport in ((0, 42000), (300, 43000))]
+    (tmp_path / "aux.ulogd").write_text("\n".join(drops) + "\n")
+    (tmp_path / "aux.conntrack").write_text(
+        f"[{t:.6f}]\t    [NEW] tcp      6 120 SYN_SENT src={AUX} dst={STORAGE} sport=42000 dport=8080 "
+        f"[UNREPLIED] src={STORAGE} dst={AUX} sport=8080 dport=42000 id=9\n")
+    tel = load([("aux", "ulogd", tmp_path / "aux.ulogd"), ("aux", "conntrack", tmp_path / "aux.conntrack")])
+    spec = FlowSpec.parse(f"{AUX}:*-{STORAGE}:8080/tcp")
+    assert reconstruct(tel, policy, "denied", spec=spec).flow.sport == 42000  # the better-scored, older one
+    change = datetime.fromtimestamp(t + 200, UTC)
+    assert reconstruct(tel, policy, "denied", spec=spec, since=change).flow.sport == 43000
+    with pytest.raises(NoSample, match="since"):
+        reconstruct(tel, policy, "denied", spec=spec, since=datetime.fromtimestamp(t + 400, UTC))
+    with pytest.raises(InputError, match="no timezone"):
+        reconstruct(tel, policy, "denied", spec=spec, since=change.replace(tzinfo=None))
+
+
+@pytest.mark.parametrize("since", ["yesterday", "2026-12-02T21:30:00"])
+def test_cli_since_must_be_a_time_with_its_zone(tmp_path: Path, since: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from ringfence.cli import main
+
+    code = main(["trace", "--sample", "denied", "--since", since, "--target", "lab", "--name", "rfnone", "-o",
+                 str(tmp_path / "t.json")])
+    assert code == 2 and "--since" in capsys.readouterr().err and not (tmp_path / "t.json").exists()

@@ -1,5 +1,5 @@
-"""``ringfence trace --sample allowed|denied [--flow 5-TUPLE] [--object served|refused] --target lab|ssh -o FILE
-[--html PAGE]``.
+"""``ringfence trace --sample allowed|denied [--flow 5-TUPLE] [--since TIME] [--object served|refused] --target lab|ssh
+-o FILE [--html PAGE]``.
 
 Collects every enforcement point's telemetry (ulogd decisions, conntrack events, dnsmasq answers, the
 object server's access log, the TLS sidecars' connection logs) through the target's executors,
@@ -16,11 +16,13 @@ import argparse
 import json
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringfence.atomic import write_atomic
 from ringfence.cli._targets import add_target_arguments
+from ringfence.errors import InputError
 from ringfence.observe.flows.events.deploy import DEFAULT_DIR
 
 if TYPE_CHECKING:
@@ -46,6 +48,17 @@ def _sources(args: argparse.Namespace) -> tuple[str, str, dict[str, Executor], d
     return label, site.name, dict(points), dict.fromkeys(points, args.telemetry_dir), policy
 
 
+def _since(text: str) -> datetime:
+    """``--since``: an ISO 8601 time with its timezone (a naive time would be read in an unknown zone)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InputError("--since", f"{text!r} is not an ISO 8601 time (e.g. 2026-12-02T21:30:00+00:00)") from None
+    if when.tzinfo is None:
+        raise InputError("--since", f"{text!r} has no timezone: give one (e.g. +00:00 or Z)")
+    return when
+
+
 def _run(args: argparse.Namespace) -> int:
     from ringfence.evidence import EvidenceStore
     from ringfence.evidence.store import default_store_path
@@ -56,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from ringfence.trace.timeline import render
 
     spec = FlowSpec.parse(args.flow) if args.flow else None
+    since = _since(args.since) if args.since else None
     jobs = SpanFile(Path(args.jobs)) if args.jobs else None
     target, site, points, dirs, policy = _sources(args)
     store = EvidenceStore.open(Path(args.evidence) if args.evidence else default_store_path())
@@ -69,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     try:
         trace = reconstruct(tel, policy, args.sample, spec=spec, store=store, target=target, jobs=jobs,
-                            objects=args.object)
+                            objects=args.object, since=since)
     except NoSample as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return 3
@@ -86,6 +100,8 @@ def register(sub: Any) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sample", required=True, choices=("allowed", "denied"))
     p.add_argument("--flow", help="SRC:SPORT-DST:DPORT[/PROTO] (SPORT may be *): this flow, not a sample")
+    p.add_argument("--since", metavar="TIME", help="only a flow decided at or after TIME (ISO 8601 with a "
+                   "timezone): the flows since a change, not an earlier policy's")
     p.add_argument("--object", choices=("served", "refused"),
                    help="a flow that carried an object request (dataset read, checkpoint write) the object server "
                         "served, or refused — joined from its access log")

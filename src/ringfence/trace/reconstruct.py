@@ -182,10 +182,15 @@ def _object_prior(tel: Telemetry, cand: pa.Table, cids: pa.Array, result: Object
 
 
 def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[str, str],
-          objects: ObjectResult | None = None) -> list[dict[str, Any]]:
+          objects: ObjectResult | None = None, since: datetime | None = None) -> list[dict[str, Any]]:
     d = tel.decisions
     want = ["accept"] if sample == "allowed" else ["drop"]
     mask = pc.is_in(d.column("verdict"), pa.array(want))
+    if since is not None:
+        # decisions before ``since`` (an earlier policy's, an earlier test's) are never the sample, however
+        # well they score: a user who asks about the flows since a change gets one of those or none
+        at = pc.greater_equal(d.column("time"), pa.scalar(since, d.schema.field("time").type))
+        mask = pc.and_(mask, pc.fill_null(at, False))
     if spec is not None:
         conds = [pc.equal(d.column("src"), spec.src), pc.equal(d.column("dst"), spec.dst),
                  pc.equal(d.column("dport"), spec.dport)]
@@ -198,7 +203,8 @@ def _pick(tel: Telemetry, sample: Sample, spec: FlowSpec | None, nodes: Mapping[
     cand = d.filter(mask)
     if cand.num_rows == 0:
         what = "accepted" if sample == "allowed" else "dropped"
-        raise NoSample(f"no {what} flow{' matching --flow' if spec else ''} in the firewall decision logs",
+        when = f" since {since.isoformat()}" if since is not None else ""
+        raise NoSample(f"no {what} flow{' matching --flow' if spec else ''}{when} in the firewall decision logs",
                        hint="apply a policy (ringfence apply POLICY --target lab) and let traffic flow; the "
                             "decisions are ulogd's NFLOG records on every enforcement point")
     cids = community_ids(cand)
@@ -274,14 +280,19 @@ def _endpoint(policy: Policy, address: str, when: datetime, jobs: JobSource | No
 
 def reconstruct(tel: Telemetry, policy: Policy, sample: Sample, *, spec: FlowSpec | None = None,
                 store: EvidenceStore | None = None, target: str | None = None,
-                jobs: JobSource | None = None, objects: ObjectResult | None = None) -> Trace:
+                jobs: JobSource | None = None, objects: ObjectResult | None = None,
+                since: datetime | None = None) -> Trace:
     """The ``sample`` flow (or the one ``spec`` names) end to end; :class:`NoSample` when there is none.
+
+    ``since`` (timezone-aware): only a flow whose firewall decision was logged at or after it.
 
     ``objects``: only a flow that carried an object request of that result, joined from the object server's
     log — a dataset read (``GET /datasets/…``) the server served or refused where one of the likeliest flows
     carried one, else any request of that result."""
     nodes = {a: n.name for n in policy.nodes for a in n.addresses}
-    ranked = _pick(tel, sample, spec, nodes, objects)
+    if since is not None and since.tzinfo is None:
+        raise InputError("since", f"{since.isoformat()} has no timezone: give one (e.g. +00:00)")
+    ranked = _pick(tel, sample, spec, nodes, objects, since)
     # keyed once: each candidate tried selects its own rows from the same keyed tables
     keyed = (tel.decisions.append_column("cid", community_ids(tel.decisions)),
              tel.conns.append_column("cid", community_ids(tel.conns)) if tel.conns.num_rows else None)
