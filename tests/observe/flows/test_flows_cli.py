@@ -62,3 +62,20 @@ def test_warnings_go_to_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["flows", "--format", "jsonl", str(p)]) == 0
     captured = capsys.readouterr()
     assert len(captured.out.splitlines()) == 2 and "warning:" in captured.err and "line 4" in captured.err
+
+
+def test_timestamps_are_iso_text_with_the_columns_digits_and_nulls_stay_null() -> None:
+    import pyarrow as pa
+
+    from ringfence.cli.flows_cmd import _iso
+
+    ns = pa.array([0, 1_500_000_000_123_456_789, None, -1], pa.timestamp("ns", tz="UTC"))
+    us = pa.array([1_500_000_000_123_456, None, 0, 5], pa.timestamp("us", tz="UTC"))
+    out = _iso(pa.table({"first_seen": ns, "last_seen": us}))
+    assert out["first_seen"].to_pylist() == [
+        "1970-01-01T00:00:00.000000000Z", "2017-07-14T02:40:00.123456789Z", None, "1969-12-31T23:59:59.999999999Z",
+    ]  # fmt: skip
+    assert out["last_seen"].to_pylist() == [
+        "2017-07-14T02:40:00.123456Z", None, "1970-01-01T00:00:00.000000Z", "1970-01-01T00:00:00.000005Z",
+    ]  # fmt: skip
+    assert out.schema.field("first_seen").type == pa.string()

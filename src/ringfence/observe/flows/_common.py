@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ringfence.observe.arrow_kernels import pc
 from ringfence.observe.flows.interface import FlowSourceError, ProgressFn
 from ringfence.observe.schema import TS
 

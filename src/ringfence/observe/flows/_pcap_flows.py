@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ringfence.observe.arrow_kernels import dictionary_encode
 from ringfence.observe.flows._pcap_layout import KIND_FLOW, OUTER_ID_WORDS, OUTER_NAMES, OUTER_NONE, Cols
 from ringfence.observe.flows._pcap_walk import gather
 from ringfence.observe.payload import classify_flows
@@ -138,7 +138,7 @@ class FlowAccumulator:
             sub["ob_hi"], sub["ob_lo"] = c.odst_hi[r], c.odst_lo[r]
             key[t] = sub
         raw = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_KEY.itemsize), m, [None, pa.py_buffer(key)])
-        encoded = pc.dictionary_encode(raw)
+        encoded = dictionary_encode(raw)
         g = encoded.indices.to_numpy().astype(np.int64)
         n_groups = len(encoded.dictionary)
         first = np.full(n_groups, m, np.int64)
@@ -286,8 +286,8 @@ class FlowAccumulator:
             "packets_fwd": pa.array(packets_fwd, pa.int64()),
             "bytes_fwd": pa.array(bytes_fwd, pa.int64()),
             "payload_bytes": pa.array(st["payload"], pa.int64()),
-            "first_seen": pa.array(st["first_ts"], pa.int64()).cast(ts_type),
-            "last_seen": pa.array(st["last_ts"], pa.int64()).cast(ts_type),
+            "first_seen": pa.array(st["first_ts"].astype(np.int64), ts_type),
+            "last_seen": pa.array(st["last_ts"].astype(np.int64), ts_type),
             "protection": pa.array(protection, pa.string()),
             "protocol": pa.array(protocol, pa.string()),
             "reason": pa.array(reason, pa.string()),

@@ -13,8 +13,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ringfence.observe.arrow_kernels import dictionary_encode
 from ringfence.observe.flows._pcap_layout import I64, U8
 from ringfence.observe.flows._pcap_rdma import FAM_GID, FAM_IPV4, FAM_IPV6, IS_REQUEST, RdmaRows
 from ringfence.observe.flows._pcap_walk import gather
@@ -47,7 +47,7 @@ def _groups(keys: npt.NDArray[np.void]) -> tuple[I64, I64, int]:
     if not m:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
     raw = pa.FixedSizeBinaryArray.from_buffers(pa.binary(keys.dtype.itemsize), m, [None, pa.py_buffer(keys)])
-    encoded = pc.dictionary_encode(raw)
+    encoded = dictionary_encode(raw)
     g = encoded.indices.to_numpy().astype(np.int64)
     n = len(encoded.dictionary)
     first = np.full(n, m, np.int64)

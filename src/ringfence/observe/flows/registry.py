@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ringfence.observe.arrow_kernels import pc
 from ringfence.observe.flows._common import os_error, read_head
 from ringfence.observe.flows.interface import FlowReader, FlowSourceError, ProgressFn, ReadResult
 from ringfence.observe.schema import empty_flows
