@@ -82,6 +82,35 @@ def test_a_job_still_stepping_is_waited_for_until_it_checkpoints() -> None:
     assert obs.survived, obs.job
 
 
+class _Paused(_Job):
+    """Steps and checkpoints every 0.1 s, except for ``pause`` s from ``paused_at`` on (a collective in TCP backoff)."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__({})
+        self.pause, self.paused_at = pause, float("inf")
+
+    def agent_status(self) -> dict[str, dict[str, Any]]:
+        age = time.time() - self.t0
+        lost = min(max(0.0, age - self.paused_at), self.pause)
+        n = int((age - lost) * 10)
+        return {f"{w}-worker": {"counters": {"steps": n, "shards_read": n, "checkpoints_written": n // 5}}
+                for w in ("worker-0", "worker-1")}  # fmt: skip
+
+
+def test_a_job_silent_for_fourteen_seconds_then_stepping_again_survived() -> None:
+    """CI: after a WireGuard rotation the ranks were silent 14 s (TCP's doubling retransmission timeout) and then
+    stepped; the 10 s stall limit had ended the wait first and judged the job dropped."""
+    job = _Paused(pause=14.0)
+
+    def rotate() -> None:  # the ranks fall silent as the rotation starts; it ends after the sampler saw that
+        job.paused_at = time.time() - job.t0
+        time.sleep(1.0)
+
+    obs = _observe(job, ("worker-0", "worker-1"), 0.3, rotate)
+    assert obs.survived, obs.job
+    assert obs.stall >= 13.0
+
+
 def test_a_job_that_stops_stepping_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rotation, "_QUIET_MIN", 1.0)
     job = _SlowCheckpoints(again=1e9)

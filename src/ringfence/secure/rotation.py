@@ -144,8 +144,11 @@ def max_gap(times: list[float], start: float, end: float) -> float:
 
 #: The longest a rotation waits, after its settle time, for every rank to checkpoint again.
 _CHECKPOINT_CAP = 45.0
-#: No rank stepping for this long (or ten of the job's usual step times, if longer) is a stalled job.
-_QUIET_MIN = 10.0
+#: No rank stepping for this long (or ten of the job's usual step times, if longer) is a stalled job. Not
+#: less: a collective's TCP connections retransmit with a doubling timeout, so a path that was dark for the
+#: ~5 s of a tunnel's handshake retry can stay silent about twice that before the next retransmission gets
+#: through (CI: a WireGuard rotation's job resumed only after 14 s, and a 10 s limit judged it dropped).
+_QUIET_MIN = 30.0
 
 
 def _await_checkpoints(sampler: Sampler, workers: tuple[str, ...], t_rot: float, t_done: float,
