@@ -59,7 +59,7 @@ def _iso(table: pa.Table) -> pa.Table:
         i = table.schema.get_field_index(name)
         column = table[name]
         unit = column.type.unit
-        values = column.to_numpy().astype(f"datetime64[{unit}]")
+        values = column.to_numpy()  # datetime64 of the column's unit, NaT where null
         text = np.char.add(np.datetime_as_string(values, unit=unit), "Z").astype(object)
         text[np.isnat(values)] = None
         table = table.set_column(i, name, pa.array(text, pa.string()))
