@@ -29,6 +29,7 @@ from ringfence.secure import pki, rotation
 from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import Runtime, StateStore
+from ringfence.secure.progress import plaintext_from, settled_counter, wait_progress
 from ringfence.secure.verify_types import CredentialCheck, FailClosedResult, RotationResult
 from ringfence.targets.interface import Site
 
@@ -76,28 +77,6 @@ def rotate_under_load(cluster: Cluster, *, settle: float = 4.0, evidence: Any = 
                                 evidence=evidence)
 
 
-def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:
-    rows = [
-        r
-        for r in flows.select(["src", "dst", "class", "protection", "payload_bytes"]).to_pylist()
-        if r["class"] == cls and (r["src"] in addresses or r["dst"] in addresses)
-    ]
-    return sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext"), len(rows)
-
-
-def _wait_progress(cluster: Cluster, worker: str, counter: str, timeout: float) -> bool:
-    def now() -> int:
-        return int(cluster.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
-
-    start = now()
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if now() > start:
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def fail_closed_wireguard(cluster: Cluster, policy: Policy, work: Path, *, seconds: float = 3.0) -> FailClosedResult:
     """Give one worker a wrong public key for its peer; collective traffic must stop, with zero plaintext."""
     info = StateStore(cluster.site().name).read().info.get("wireguard")
@@ -112,24 +91,24 @@ def fail_closed_wireguard(cluster: Cluster, policy: Policy, work: Path, *, secon
     hb.wg("set", hb.ifname, "peer", wrong, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
     hb.wg("set", hb.ifname, "peer", good, "remove")
     try:
-        time.sleep(1.5)
-        steps0 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        # counted from a status the rank wrote after the key broke: one read now may lag steps taken before
+        steps0 = settled_counter(cluster, a, "steps").value
         # WireGuard retries a handshake only every 5 s (REKEY_TIMEOUT) and the job's TCP backs off, so one
         # short window may hold no attempt at all. Capture again, up to three windows, until the drilled
         # traffic is seen: a drill that saw nothing tried proves nothing (and is judged unknown below).
         windows = 0
         for windows in range(1, 4):  # noqa: B007 - the count is reported
             flows = capture_flows(cluster, seconds, work / f"failclosed-wireguard-{windows}.pcap", policy)
-            if _plaintext_from(flows, "collective", {addr_a, cluster.site().address(b)})[1] > 0:
+            if plaintext_from(flows, "collective", {addr_a, cluster.site().address(b)})[1] > 0:
                 break
-        steps1 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        steps1 = settled_counter(cluster, a, "steps").value
         peer = next(p for p in hb.peers() if p.public_key == wrong)
         drops_after = wireguard_run.strict_counters(cluster.site(), a)
     finally:
         hb.wg("set", hb.ifname, "peer", good, "allowed-ips", f"{addr_a}/32", "endpoint", f"{addr_a}:51820")
         hb.wg("set", hb.ifname, "peer", wrong, "remove")
-    recovered = _wait_progress(cluster, a, "steps", 30.0)
-    plain, seen = _plaintext_from(flows, "collective", {addr_a, cluster.site().address(b)})
+    recovered = wait_progress(cluster, a, "steps", 30.0)
+    plain, seen = plaintext_from(flows, "collective", {addr_a, cluster.site().address(b)})
     stopped = steps1 - steps0 <= 1  # a step already on the wire when the key broke may still finish
     error = (
         f"WireGuard {b} → {a}: no handshake with the configured peer key (latest handshake "
@@ -213,9 +192,9 @@ def fail_closed_tls(
             # judged on a window that holds the attempt: refused (or, failing closed not at all, read) in it
             if refused(t_window) or after.get("shards_read", 0) > before.get("shards_read", 0):
                 break
-    recovered = _wait_progress(cluster, node, "shards_read", 20.0)
+    recovered = wait_progress(cluster, node, "shards_read", 20.0)
     refusals = refused(t0)
-    plain, seen = _plaintext_from(flows, "storage", {cluster.site().address(node)})
+    plain, seen = plaintext_from(flows, "storage", {cluster.site().address(node)})
     read = after.get("shards_read", 0) - before.get("shards_read", 0)
     stopped = read == 0 and bool(refusals)
     error = refusals[0]["reason"] if refusals else "no refusal was logged"

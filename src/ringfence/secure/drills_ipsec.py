@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-
 from ringfence.controls.interface import Verdict
 from ringfence.policy import Policy
 from ringfence.secure import pki
@@ -27,35 +25,13 @@ from ringfence.secure.layers import ipsec_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.ipsec_sas import IkeSa
 from ringfence.secure.layers.runtime import StateStore
+from ringfence.secure.progress import plaintext_from, settled_counter, wait_progress
 from ringfence.secure.rotation import Sampler, max_gap
 from ringfence.secure.verify_types import FailClosedResult
 from ringfence.targets.interface import RunResult
 
 _REFUSALS = ("certificate was revoked", "no trusted", "no issuer certificate", "AUTHENTICATION_FAILED",
              "constraint check failed", "authentication of")
-
-
-# The job-progress helpers below mirror drills.py's private ones (the import graph forbids reaching into another
-# module's private parts); moving both into one public helper module is a refactor for the integrator.
-def _plaintext_from(flows: pa.Table, cls: str, addresses: set[str]) -> tuple[int, int]:
-    """(plaintext payload bytes, flows) of class ``cls`` touching ``addresses``."""
-    rows = [r for r in flows.select(["src", "dst", "class", "protection", "payload_bytes"]).to_pylist()
-            if r["class"] == cls and (r["src"] in addresses or r["dst"] in addresses)]
-    return sum(int(r["payload_bytes"] or 0) for r in rows if r["protection"] == "plaintext"), len(rows)
-
-
-def _wait_progress(cluster: Cluster, worker: str, counter: str, timeout: float) -> bool:
-    """Whether ``counter`` of ``worker`` grows within ``timeout`` (polled)."""
-    def now() -> int:
-        return int(cluster.agent_status().get(f"{worker}-worker", {}).get("counters", {}).get(counter, 0))
-
-    start = now()
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if now() > start:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 @dataclass(frozen=True)
@@ -221,7 +197,8 @@ def fail_closed_ipsec(cluster: Cluster, policy: Policy, work: Path, *, kind: str
                 ha.swanctl("--terminate", "--ike-id", str(sa.uniqueid), "--force", timeout=timeout)
         # the old SA is gone and no new one authenticates (observed on both ends)
         _poll(f"{tunnel} without an SA", lambda: _tunnel_sa(ha.sas(), tunnel) is None, timeout)
-        steps0 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        # from a status the rank wrote after the SA went: one read now may lag steps taken before it
+        steps0 = settled_counter(cluster, a, "steps").value
         # the job's TCP backs off while its packets are dropped: capture again, up to three windows, until the
         # drilled traffic (IKE attempts, any collective) is seen — a drill that saw nothing tried proves nothing
         # An explicit terminate starts no new IKE SA by itself, so the initiator is asked to (its refusal is the
@@ -244,9 +221,9 @@ def fail_closed_ipsec(cluster: Cluster, policy: Policy, work: Path, *, kind: str
             finally:
                 closed.set()
                 asker.join(timeout)
-            if _plaintext_from(flows, "collective", addrs)[1] > 0:
+            if plaintext_from(flows, "collective", addrs)[1] > 0:
                 break
-        steps1 = cluster.agent_status()[f"{a}-worker"]["counters"].get("steps", 0)
+        steps1 = settled_counter(cluster, a, "steps").value
         no_sa = _tunnel_sa(ha.sas(), tunnel) is None and _tunnel_sa(ipsec_run.node_handle(site, b).sas(), tunnel) \
             is None
         drops_after = ipsec_run.strict_counters(site, a)
@@ -258,10 +235,10 @@ def fail_closed_ipsec(cluster: Cluster, policy: Policy, work: Path, *, kind: str
         ha.attempt("--initiate", "--child", tunnel, timeout=timeout)  # judged below by what comes up
         shutil.rmtree(bad, ignore_errors=True)
     ipsec_run.wait_established(site, [a, b], timeout=timeout)
-    recovered = _wait_progress(cluster, a, "steps", 30.0)
+    recovered = wait_progress(cluster, a, "steps", 30.0)
     if flows is None:
         raise LayerError("IPsec drill: no capture was taken")
-    plain, seen = _plaintext_from(flows, "collective", addrs)
+    plain, seen = plaintext_from(flows, "collective", addrs)
     # a step already in flight when the SA went may still finish
     stopped = steps1 - steps0 <= 1 and no_sa and refused_initiations == len(attempts)
     reason = _refusal(log)

@@ -89,8 +89,16 @@ def peer_identity(sock: socket.socket) -> str:
     return "-"
 
 
+#: a status file is rewritten at least this often, also when no counter changed (seconds)
+HEARTBEAT_S = 1.0
+
+
 class Status:
-    """Thread-safe counters, flushed to the status file by a background thread at most twice a second."""
+    """Thread-safe counters, flushed to the status file by a background thread at most twice a second.
+
+    The file is rewritten at least every :data:`HEARTBEAT_S` even when nothing changed, so its
+    ``updated`` stamp says the agent is alive and a reader can wait for a write made after a moment.
+    """
 
     def __init__(self, path: Path, agent: str, **info: Any) -> None:
         self.path = path
@@ -102,8 +110,10 @@ class Status:
 
     def _flusher(self) -> None:
         while True:
-            self._dirty.wait()
-            time.sleep(0.5)  # coalesce a burst of counts into one write
+            if self._dirty.wait(HEARTBEAT_S):
+                time.sleep(0.5)  # coalesce a burst of counts into one write
+            # rewritten also when nothing counted: a reader waits for a write after a moment it chose
+            # (ringfence.secure.progress.settled_counter), and a stalled rank must not look stopped
             self.flush()
 
     def set(self, key: str, value: Any, *, flush: bool = True) -> None:
