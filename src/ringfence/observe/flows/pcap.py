@@ -26,6 +26,7 @@ import os
 import struct
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, Final, cast
 
@@ -57,8 +58,9 @@ from ringfence.observe.schema import RdmaFacts
 
 #: Bytes read per chunk.
 CHUNK_BYTES: Final = 32 << 20
-#: Packets decoded per batch (bounds the per-packet working set to a few tens of MB).
-BATCH_PACKETS: Final = 65536
+#: Packets decoded per batch: the batch's columns stay in a core's L2 cache (16,384 read small packets 17 %
+#: faster than 65,536 here), and the per-packet working set is a few MB.
+BATCH_PACKETS: Final = 16384
 
 _PCAP_MAGICS: Final = {
     struct.pack("<I", PCAP_MAGIC_US): (True, False),
@@ -190,11 +192,21 @@ class _Read:
         self.warnings: list[str] = []
         self.records = 0
         self.interfaces: list[Interface] = []
+        self.pool: ThreadPoolExecutor | None = None  # the processing thread, started for the first large window
+        self.pending: Future[None] | None = None
+        self.handover = True  # False for a pipe: its one buffer is refilled at once, so nothing would overlap
 
     def _error(self, offset: int, message: str) -> FlowSourceError:
         return FlowSourceError(f"{self.path}@{offset}", message)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+
+    def _run(self) -> None:
         head = self.f.read(24)
         if not head:
             self.warnings.append(f"{self.path.name}: the file is empty")
@@ -204,6 +216,7 @@ class _Read:
             self._run_pcapng(head)
         else:
             raise self._error(0, f"not a pcap or pcapng capture (starts with {head[:4].hex()})")
+        self.drain()
         self.finish()
         if self.records and not self.flows.n_flows and self.tally.bad and not (self.rdma and self.rdma.packets):
             # Nothing usable, and not because the capture holds only ARP or LLDP: an empty result here would
@@ -230,6 +243,7 @@ class _Read:
 
     def _stop(self, offset: int, message: str) -> None:
         """Corruption at ``offset``: an error if nothing was readable before it, else a warning."""
+        self.drain()  # the records before it are counted first
         if self.records == 0:
             raise self._error(offset, message)
         self.warnings.append(
@@ -284,6 +298,7 @@ class _Read:
 
     def _loop_read(self, file_off: int, step: _Step, prefix: bytes) -> None:
         # Pipes and devices: read into one reused buffer, carrying an incomplete record to the next read.
+        self.handover = False
         buf = np.zeros(max(self.chunk, len(prefix)), np.uint8)
         buf[: len(prefix)] = np.frombuffer(prefix, np.uint8)
         carry = len(prefix)
@@ -300,6 +315,7 @@ class _Read:
             if n == 0:
                 return
             consumed, stop = step(buf[:n], 0, n, file_off)
+            self.drain()  # the buffer is reused: nothing may still read it
             if stop:
                 return
             if self.progress is not None:
@@ -332,7 +348,7 @@ class _Read:
 
         def step(buf: npt.NDArray[np.uint8], start: int, n: int, base: int) -> tuple[int, bool]:
             walk = walker.walk(buf, start, n)
-            self._process(buf, walker.frames(buf, walk.pos), walk.pos, base)
+            self._submit(buf, walker.frames(buf, walk.pos), walk.pos, base)
             if walk.error is not None:
                 self._stop(base + walk.error.offset, walk.error.message)
                 return walk.tail, True
@@ -359,7 +375,7 @@ class _Read:
                 walk, at_shb = walker.walk(buf, p, n)
                 assert walk.kinds is not None
                 frames, error = walker.frames(buf, walk.pos, walk.kinds)
-                self._process(buf, frames, walk.pos, base)
+                self._submit(buf, frames, walk.pos, base)
                 if error is None:
                     error = walk.error
                 if error is not None:
@@ -422,6 +438,28 @@ class _Read:
             if released is not None:  # fragments held until their first fragment came: never sampled
                 self.flows.add(buf, released.rows, released.ts, released.seq)
             self.records += e - s
+
+    def _submit(self, buf: npt.NDArray[np.uint8], frames: Frames, pos: npt.NDArray[np.int64], base: int) -> None:
+        """:meth:`_process` this window on the processing thread, once the window before it is done.
+
+        The walk of the next window (on this thread) overlaps the decoding of this one (numpy drops the GIL in
+        its loops); windows are processed one at a time, in file order, so the result is a one-thread read's,
+        bit for bit. (The records' header gathers stay on the walking thread: the processing thread is the
+        slower of the two, 0.33 s against 0.35 s on the small-packet benchmark with them moved over.)
+        """
+        self.drain()
+        if frames.n < 2 * self.batch or not self.handover:  # not worth a hand-over
+            self._process(buf, frames, pos, base)
+            return
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ringfence-decode")
+        self.pending = self.pool.submit(self._process, buf, frames, pos, base)
+
+    def drain(self) -> None:
+        """Wait for the window being processed (its errors are raised here)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.result()
 
     def finish(self) -> None:
         """Fragments still waiting for a first fragment go into flows without ports."""
