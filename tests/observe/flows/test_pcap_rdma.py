@@ -191,3 +191,20 @@ def test_hostile_rdma_frames_never_crash(tmp_path: Path, linktype: int) -> None:
         assert isinstance(exc, InputError), exc
         return
     assert facts.packets >= facts.conns.num_rows
+
+
+def test_payload_samples_do_not_depend_on_the_batch_size(tmp_path: Path) -> None:
+    # Two connections of one pair, interleaved; the first writes carry readable text, the later ones
+    # random bytes. A pair's samples are its first 16 payload heads in file order, however the reader
+    # batches the packets — so the V8 facts (how many sampled heads read as plaintext) are the same too.
+    text = b"checkpoint shard 0001 of 0064: tensor bytes follow here, plain. " * 2
+    frames: list[bytes] = []
+    for k in range(40):
+        for sport in (49152, 49153):
+            payload = text[:64] if k < 6 else os.urandom(64)
+            t = bth(WRITE_ONLY, 0x8001, 0x11 + sport % 2, k) + reth(0x1000 + 64 * k, 0xBEEF, 64) + payload
+            frames.append(roce_frame("10.9.0.1", "10.9.0.2", sport, t))
+            frames.append(roce_frame("10.9.0.2", "10.9.0.1", sport, bth(ACK, 0x8001, 0x22, k) + bytes(4)))
+    path = write(tmp_path / "pair.pcap", frames)
+    tables = [PcapReader(batch_packets=b).read_rdma(path)[1].payload for b in (3, 7, 64, 1 << 16)]
+    assert tables[0].num_rows and all(t.equals(tables[0]) for t in tables), [t.to_pylist() for t in tables]

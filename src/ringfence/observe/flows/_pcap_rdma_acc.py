@@ -23,8 +23,6 @@ from ringfence.observe.schema import RDMA_CONN_SCHEMA, RDMA_KEY_SCHEMA, RDMA_PAY
 #: Payload heads sampled per (sender, receiver), and their width.
 SAMPLES_PER_PAIR: Final = 16
 SAMPLE_BYTES: Final = 64
-#: Packets per connection and batch considered for a sample.
-CANDIDATES_PER_CONN: Final = 4
 #: Heads shorter than this say too little about their bytes to be judged.
 MIN_SAMPLE: Final = 16
 #: A head whose byte entropy is below this fraction of its maximum (log2 of its length) reads as plaintext: 64
@@ -120,23 +118,27 @@ class RdmaAccumulator:
             "opcode": rows.opcode[ok], "pkey": rows.pkey[ok], "psn": rows.psn[ok], "seq": rows.row[ok] + seq0,
             "ts": ts[rows.row[ok]],
         }  # fmt: skip
-        rank, wanting = self._add_conns(p)
+        conn, n_conns, wanting = self._add_conns(p)
         reth = rows.reth_ok[ok]
         if reth.any():
             sub = {k: v[reth] for k, v in p.items()}
             sub["rkey"], sub["va"], sub["len"] = rows.rkey[ok][reth], rows.va[ok][reth], rows.dma_len[ok][reth]
             self._add_keys(sub)
-        # Sample candidates: the first few payload-carrying packets of each connection in the batch, so that the
-        # per-pair selection below works on a handful of rows, not on every packet of a bulk transfer.
-        with_pay = (rows.pay_cap[ok] >= MIN_SAMPLE) & (rank < CANDIDATES_PER_CONN) & wanting
+        # Sample candidates: the first SAMPLES_PER_PAIR payload-carrying packets of each connection in the batch,
+        # so that the per-pair selection below works on a handful of rows, not on every packet of a bulk transfer.
+        # A pair's first SAMPLES_PER_PAIR heads of the capture are always among them, so what is sampled is the
+        # same whatever the batch size (a performance setting must not move a verdict).
+        cand = np.flatnonzero((rows.pay_cap[ok] >= MIN_SAMPLE) & wanting)
+        with_pay = np.zeros(ok.shape[0], np.bool_)
+        with_pay[cand[_rank(conn[cand], n_conns) < SAMPLES_PER_PAIR]] = True
         if with_pay.any():
             sub = {k: v[with_pay] for k, v in p.items()}
             sub["at"], sub["cap"] = rows.pay_at[ok][with_pay], rows.pay_cap[ok][with_pay]
             self._add_samples(buf, sub)
 
-    def _add_conns(self, p: dict[str, npt.NDArray[np.generic]]) -> tuple[I64, npt.NDArray[np.bool_]]:
-        """Group the batch's packets by connection; returns each packet's rank in its connection (file order) and
-        whether its host pair still wants payload samples (once every pair has its samples, none is looked at)."""
+    def _add_conns(self, p: dict[str, npt.NDArray[np.generic]]) -> tuple[I64, int, npt.NDArray[np.bool_]]:
+        """Group the batch's packets by connection; returns each packet's connection (of how many) and whether
+        its host pair still wants payload samples (once every pair has its samples, none is looked at)."""
         keys = _pair_keys(p, _CONN)
         g, first, n = _groups(keys)
         heads = keys.view(np.dtype((np.void, _CONN.itemsize)))[first]
@@ -155,7 +157,7 @@ class RdmaAccumulator:
         part.update(packets=np.bincount(g, minlength=n), requests=np.bincount(g[req], minlength=n),
                     first_psn=psn, first_req_seq=req_seq, pkey=pkey)  # fmt: skip
         self._conns.append(part)
-        return _rank(g, n), wants[g]
+        return g, n, wants[g]
 
     def _add_keys(self, p: dict[str, npt.NDArray[np.generic]]) -> None:
         g, first, n = _groups(_pair_keys(p, _RKEY))
