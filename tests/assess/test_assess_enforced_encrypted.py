@@ -6,7 +6,6 @@ and WireGuard is refused while the enforced policy does not approve the tunnel i
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ringfence.policy import parse_policy
 from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.interface import LayerError
 from ringfence.secure.layers.runtime import StateStore
+from steps_kit import member_steps, stepped, steps_advance
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -32,15 +32,8 @@ TUNNEL = (
 )
 
 
-def _steps(lab: Lab) -> int:
-    return sum(int(s.get("counters", {}).get("steps", 0)) for k, s in lab.agent_status().items() if "worker" in k)
-
-
-def _steps_advance(lab: Lab, *, by: int, timeout: float) -> None:
-    start, deadline = _steps(lab), time.monotonic() + timeout
-    while _steps(lab) < start + by:
-        assert time.monotonic() < deadline, f"the job made no progress in {timeout:.0f} s: {lab.agent_status()}"
-        time.sleep(0.5)
+#: the job whose ranks the tunnel joins (its steps, not the lab's, say the collective runs through it)
+TUNNELLED = ("worker-0", "worker-1")
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +61,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, Pat
             tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
             wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
             wireguard_run.set_collective_class(lab.site(), ["collective"])
-            _steps_advance(lab, by=3, timeout=90)  # the job resumed through the tunnel (TCP back-off: seconds)
+            # the job resumed through the tunnel (TCP back-off: seconds)
+            steps_advance(lab, TUNNELLED, by=2, timeout=90)
             capture = work / "secured.pcap"
             for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
-                before = _steps(lab)
+                before = member_steps(lab, TUNNELLED)
                 lab.capture(6, capture)
-                if _steps(lab) >= before + 2:
+                if stepped(lab, TUNNELLED, before, 1):
                     break
             yield lab, policy_path, capture, store
         finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from datetime import date, timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from ringfence.lab.netns import require_privileges
 from ringfence.lab.points import lab_points
 from ringfence.secure.layers import tls_run, wireguard_run
 from ringfence.secure.layers.runtime import StateStore
+from steps_kit import member_steps, stepped, steps_advance
 
 pytestmark = [pytest.mark.privileged, pytest.mark.slow]
 
@@ -84,15 +84,8 @@ def _probe(policy: Path, out: Path, name: list[str], store: Path, *extra: str) -
         raise AssertionError(f"probe exited {code}; not as expected: {bad or 'no probes file'}")
 
 
-def _steps(lab: Lab) -> int:
-    return sum(int(s.get("counters", {}).get("steps", 0)) for k, s in lab.agent_status().items() if "worker" in k)
-
-
-def _steps_advance(lab: Lab, *, by: int, timeout: float) -> None:
-    start, deadline = _steps(lab), time.monotonic() + timeout
-    while _steps(lab) < start + by:
-        assert time.monotonic() < deadline, f"the job made no progress in {timeout:.0f} s: {lab.agent_status()}"
-        time.sleep(0.5)
+#: the job whose ranks the tunnel joins (its steps, not the lab's, say the collective runs through it)
+TUNNELLED = ("worker-0", "worker-1")
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +129,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
             tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
             wireguard_run.enable_wireguard(lab.site(), ["worker-0", "worker-1"])
             wireguard_run.set_collective_class(lab.site(), ["collective"])
-            _steps_advance(lab, by=3, timeout=90)
+            steps_advance(lab, TUNNELLED, by=2, timeout=90)
             _probe(policy, files["--probes"], name, store, "--ruleset", str(files["--ruleset"]), "--changes",
                    str(files["--changes"]))
             # verify's own exit is 1 when its short capture missed a class; its drills are what assess reads
@@ -161,9 +154,9 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path,
                              str(work / doc)]) == 0, doc
             capture = work / "after.pcap"
             for _ in range(3):  # a capture during which the job took no step shows nothing of the collective
-                before = _steps(lab)
+                before = member_steps(lab, TUNNELLED)
                 lab.capture(8, capture)
-                if _steps(lab) >= before + 2:
+                if stepped(lab, TUNNELLED, before, 1):
                     break
             yield work, policy, capture, files
         finally:
