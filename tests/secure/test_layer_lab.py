@@ -55,7 +55,10 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         policy_path.write_text(lab.policy_yaml())
         before = drills.capture_flows(lab, 3, work / "before.pcap", policy)
         tls_run.enable_tls(lab.site(), lab.policy(), ["storage", "management", "replication"])
-        wireguard_run.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
+        wg = wireguard_run.enable_wireguard(lab.site(), [m for j in lab.topology.jobs for m in j.members])
+        # enable returns once both ends of every tunnel saw its first handshake (prompted, not left to traffic)
+        assert set(wg.handshakes) == {"worker-0<->worker-1"} and not wg.silent(), wg.handshakes
+        assert all(p.latest_handshake > 0 for n in wg.nodes for p in wireguard_run.node_handle(lab.site(), n).peers())
         wireguard_run.set_collective_class(lab.site(), ["collective"])
         # The ranks' gloo connections now run through the tunnel; until its first handshake they are in TCP
         # back-off, which on a loaded host outlasted four 5 s captures. Capture once every rank stepped again.

@@ -123,6 +123,7 @@ def test_layers_enabled_over_ssh_protect_the_lab_as_the_lab_target_does(
     assert done["classes"] == ["management", "replication", "storage"]
     wg = _cli_json(["encrypt", "enable", "--class", "collective", "--layer", "wireguard", *ssh], capsys)
     assert wg["nodes"] == ["worker-0", "worker-1"]
+    assert wg["handshakes"].keys() == {"worker-0<->worker-1"} and None not in wg["handshakes"].values(), wg
     # one record, whichever executor family reads it
     over_ssh = _cli_json(["encrypt", "status", *ssh], capsys)
     on_lab = _cli_json(["encrypt", "status", "--target", "lab", "--name", lab.name], capsys)

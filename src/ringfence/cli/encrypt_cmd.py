@@ -52,7 +52,14 @@ def _enable(args: argparse.Namespace) -> int:
         wg = wireguard_run.enable_wireguard(site, nodes, strict=not args.no_strict, evidence=evidence)
         wireguard_run.set_collective_class(site, classes)
         out = {"layer": "wireguard", "classes": classes, "nodes": list(wg.nodes), "interface": wg.interface,
-               "public_keys": wg.public_keys, "strict": not args.no_strict}
+               "public_keys": wg.public_keys, "strict": not args.no_strict, "handshakes": wg.handshakes}
+        if wg.silent():
+            # configured but proven to carry nothing: not a success (strict mode keeps the tunnels closed)
+            sys.stdout.write(json.dumps(out, indent=2) + "\n")
+            sys.stderr.write(f"ringfence: WireGuard is enabled, but {', '.join(wg.silent())} did not handshake "
+                             f"within {wireguard_run.HANDSHAKE_TIMEOUT_S:.0f} s: check that udp/51820 passes between "
+                             "the nodes, or `ringfence encrypt disable --layer wireguard`\n")
+            return 1
     elif layer.value == "ipsec":
         from ringfence.secure.layers import ipsec_run
         from ringfence.secure.pki import parse_duration

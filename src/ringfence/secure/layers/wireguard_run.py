@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ringfence.enforce import nftables, nftrun
@@ -42,6 +42,9 @@ from ringfence.secure.layers.runtime import NftTable, Runtime, StateStore
 from ringfence.secure.layers.wireguard import FWMARK, LISTEN_PORT, NFT_TABLE, SCOPE, TABLE, genkey, strict_ruleset
 from ringfence.targets import ops
 from ringfence.targets.interface import Site, TargetError
+
+#: how long ``enable`` waits for every tunnel's first handshake (seconds; a prompted one takes one round trip)
+HANDSHAKE_TIMEOUT_S = 20.0
 
 
 def interface_name(site: Site) -> str:
@@ -63,11 +66,17 @@ class WgPeerState:
 
 @dataclass(frozen=True)
 class WgEnabled:
-    """What :func:`enable_wireguard` did: the nodes and their public keys."""
+    """What :func:`enable_wireguard` did: the nodes, their public keys, and each tunnel's first handshake."""
 
     nodes: tuple[str, ...]
     interface: str
     public_keys: dict[str, str]
+    # "a<->b" → seconds from the prompt until both ends saw the handshake, None if they did not within the bound
+    handshakes: dict[str, float | None] = field(default_factory=dict)
+
+    def silent(self) -> list[str]:
+        """The tunnels without a handshake: configured, but (strict mode) carrying nothing."""
+        return sorted(t for t, s in self.handshakes.items() if s is None)
 
 
 def _node_dir(store: StateStore, node: str) -> Path:
@@ -141,6 +150,46 @@ class Node:
         return out
 
 
+def tunnel_name(a: str, b: str) -> str:
+    """The name of the tunnel between two nodes, the same whichever end is named first."""
+    x, y = sorted((a, b))
+    return f"{x}<->{y}"
+
+
+def await_handshakes(wnodes: dict[str, Node], public_keys: dict[str, str], timeout: float) -> dict[str, float | None]:
+    """Prompt every tunnel's first handshake and wait, bounded, until both ends have seen it.
+
+    WireGuard handshakes only when a packet is to be sent, so a tunnel just configured has proven nothing
+    (and a probe sent at once waits out WireGuard's 5 s retry). A persistent keepalive makes each end send
+    at once; it is switched off again afterwards, whatever happened.
+    """
+    names = sorted(wnodes)
+    pairs = {tunnel_name(a, b): (a, b) for i, a in enumerate(names) for b in names[i + 1:]}
+    node_of = {k: n for n, k in public_keys.items()}
+    start = time.monotonic()
+    got: dict[str, float | None] = dict.fromkeys(pairs)
+    try:
+        for n, w in wnodes.items():
+            for m in names:
+                if m != n:
+                    w.wg("set", w.ifname, "peer", public_keys[m], "persistent-keepalive", "1")
+        while time.monotonic() - start < timeout:
+            seen = {(n, node_of.get(p.public_key, "")) for n, w in wnodes.items() for p in w.peers()
+                    if p.latest_handshake > 0}  # fmt: skip
+            for t, (a, b) in pairs.items():
+                if got[t] is None and (a, b) in seen and (b, a) in seen:
+                    got[t] = round(time.monotonic() - start, 3)
+            if all(v is not None for v in got.values()):
+                break
+            time.sleep(0.2)
+    finally:
+        for n, w in wnodes.items():
+            for m in names:
+                if m != n:
+                    w.wg("set", w.ifname, "peer", public_keys[m], "persistent-keepalive", "0")
+    return got
+
+
 def _enforcement_blocks_tunnel(site: Site, node: str) -> bool:
     """True when ringfence's own enforcement table is loaded on ``node`` and does not admit the tunnel's
     UDP port outbound: enabling WireGuard then would black-hole the collective."""
@@ -152,9 +201,14 @@ def _enforcement_blocks_tunnel(site: Site, node: str) -> bool:
 
 
 def enable_wireguard(
-    site: Site, nodes: Iterable[str], *, strict: bool = True, evidence: EvidenceStore | None = None
+    site: Site, nodes: Iterable[str], *, strict: bool = True, evidence: EvidenceStore | None = None,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
 ) -> WgEnabled:
-    """Tunnel all traffic between ``nodes`` (workers) through WireGuard; with ``strict``, drop any that is not."""
+    """Tunnel all traffic between ``nodes`` (workers) through WireGuard; with ``strict``, drop any that is not.
+
+    Returns once every tunnel has handshaked, or ``handshake_timeout`` has passed: :meth:`WgEnabled.silent`
+    names the tunnels that did not (the layer stays enabled, and strict mode keeps them closed).
+    """
     chosen = sorted(set(nodes))
     if len(chosen) < 2:
         raise LayerError("WireGuard needs at least two nodes", hint="--nodes worker-0,worker-1")
@@ -208,6 +262,7 @@ def enable_wireguard(
         disable_wireguard(site)
         raise
     pubs = {n: k[1] for n, k in keys.items()}
+    handshakes = await_handshakes(wnodes, pubs, handshake_timeout)
     st = store.read()
     store.update(
         nodes={**st.nodes, Layer.WIREGUARD.value: chosen},
@@ -233,9 +288,9 @@ def enable_wireguard(
             RecordKind.ACTION,
             source="secure:wireguard",
             subject=f"{site.kind} {site.name}",
-            data={"event": "enabled", "nodes": chosen, "strict": strict},
+            data={"event": "enabled", "nodes": chosen, "strict": strict, "handshakes": handshakes},
         )
-    return WgEnabled(tuple(chosen), interface_name(site), pubs)
+    return WgEnabled(tuple(chosen), interface_name(site), pubs, handshakes)
 
 
 def set_collective_class(site: Site, classes: Iterable[str]) -> None:
@@ -408,11 +463,13 @@ def probe_old_key(site: Site, node: str, retired_key: Path, peer: str, *, second
 
 
 __all__ = [
+    "HANDSHAKE_TIMEOUT_S",
     "SCOPE",
     "Node",
     "WgEnabled",
     "WgPeerState",
     "WgRotated",
+    "await_handshakes",
     "disable_wireguard",
     "enable_wireguard",
     "interface_name",
@@ -422,4 +479,5 @@ __all__ = [
     "rotate_wireguard",
     "set_collective_class",
     "strict_counters",
+    "tunnel_name",
 ]
