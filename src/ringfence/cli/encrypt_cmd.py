@@ -34,6 +34,7 @@ def _list(text: str | None) -> list[str]:
 
 def _enable(args: argparse.Namespace) -> int:
     from ringfence.secure.layers import registry, tls_run, wireguard_run
+    from ringfence.secure.layers.wireguard import LISTEN_PORT
 
     layer = registry.layer(args.layer)
     classes = _list(args.cls)
@@ -41,6 +42,7 @@ def _enable(args: argparse.Namespace) -> int:
         raise InputError("--class", "name at least one traffic class (storage, collective, management, replication)")
     site, policy = _site(args)
     evidence = _evidence(args)
+    code = 0
     if layer.value == "tls":
         done = tls_run.enable_tls(site, policy, classes, evidence=evidence)
         out: dict[str, Any] = {"layer": "tls", "classes": list(done.classes), "services": list(done.services),
@@ -55,11 +57,10 @@ def _enable(args: argparse.Namespace) -> int:
                "public_keys": wg.public_keys, "strict": not args.no_strict, "handshakes": wg.handshakes}
         if wg.silent():
             # configured but proven to carry nothing: not a success (strict mode keeps the tunnels closed)
-            sys.stdout.write(json.dumps(out, indent=2) + "\n")
             sys.stderr.write(f"ringfence: WireGuard is enabled, but {', '.join(wg.silent())} did not handshake "
-                             f"within {wireguard_run.HANDSHAKE_TIMEOUT_S:.0f} s: check that udp/51820 passes between "
-                             "the nodes, or `ringfence encrypt disable --layer wireguard`\n")
-            return 1
+                             f"within {wireguard_run.HANDSHAKE_TIMEOUT_S:.0f} s: check that udp/{LISTEN_PORT} passes "
+                             "between the nodes, or `ringfence encrypt disable --layer wireguard`\n")
+            code = 1
     elif layer.value == "ipsec":
         from ringfence.secure.layers import ipsec_run
         from ringfence.secure.pki import parse_duration
@@ -76,7 +77,7 @@ def _enable(args: argparse.Namespace) -> int:
                          f"or it is not ours to switch on); see `ringfence encrypt support --layer {layer.value}` "
                          "and `encrypt render`")
     sys.stdout.write(json.dumps(out, indent=2) + "\n")
-    return 0
+    return code
 
 
 def _disable(args: argparse.Namespace) -> int:

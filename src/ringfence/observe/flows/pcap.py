@@ -297,7 +297,8 @@ class _Read:
             file_off = base + consumed
 
     def _loop_read(self, file_off: int, step: _Step, prefix: bytes) -> None:
-        # Pipes and devices: read into one reused buffer, carrying an incomplete record to the next read.
+        # Pipes and devices: read into one reused buffer, carrying an incomplete record to the next read. The
+        # buffer is refilled as soon as a step returns, so no window is handed to the processing thread.
         self.handover = False
         buf = np.zeros(max(self.chunk, len(prefix)), np.uint8)
         buf[: len(prefix)] = np.frombuffer(prefix, np.uint8)
@@ -315,7 +316,6 @@ class _Read:
             if n == 0:
                 return
             consumed, stop = step(buf[:n], 0, n, file_off)
-            self.drain()  # the buffer is reused: nothing may still read it
             if stop:
                 return
             if self.progress is not None:

@@ -168,11 +168,14 @@ def await_handshakes(wnodes: dict[str, Node], public_keys: dict[str, str], timeo
     node_of = {k: n for n, k in public_keys.items()}
     start = time.monotonic()
     got: dict[str, float | None] = dict.fromkeys(pairs)
-    try:
+    def keepalive(seconds: str) -> None:
         for n, w in wnodes.items():
             for m in names:
                 if m != n:
-                    w.wg("set", w.ifname, "peer", public_keys[m], "persistent-keepalive", "1")
+                    w.wg("set", w.ifname, "peer", public_keys[m], "persistent-keepalive", seconds)
+
+    try:
+        keepalive("1")
         while time.monotonic() - start < timeout:
             seen = {(n, node_of.get(p.public_key, "")) for n, w in wnodes.items() for p in w.peers()
                     if p.latest_handshake > 0}  # fmt: skip
@@ -183,10 +186,7 @@ def await_handshakes(wnodes: dict[str, Node], public_keys: dict[str, str], timeo
                 break
             time.sleep(0.2)
     finally:
-        for n, w in wnodes.items():
-            for m in names:
-                if m != n:
-                    w.wg("set", w.ifname, "peer", public_keys[m], "persistent-keepalive", "0")
+        keepalive("0")
     return got
 
 
