@@ -50,6 +50,7 @@ def read(name: str) -> tuple[list[dict[str, object]], FlowKeys, PayloadSamples]:
         ("ipv4_tcp_http_xml.pcap", "plaintext", "http"),
         ("dns_udp.pcap", "plaintext", "dns"),
         ("ntp.pcap", "plaintext", "ntp"),
+        ("ntp-control.pcap", "plaintext", "ntp"),  # ntpq's mode-6 requests and responses
         ("syslog_udp.pcap", "plaintext", "syslog"),
     ],
 )

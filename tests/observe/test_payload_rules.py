@@ -299,6 +299,53 @@ def test_ntp_and_syslog() -> None:
     assert [v[:2] for v in verdicts(ntp, syslog)] == [("plaintext", "ntp"), ("plaintext", "syslog")]
 
 
+def _ntp_control(response: bool, data: bytes, opcode: int = 2, pad: int = 0, version: int = 2) -> bytes:
+    first = (version << 3) | 6
+    return struct.pack(">BBHHHHH", first, (0x80 if response else 0) | opcode, 7, 0, 0, 0, len(data)) + data + bytes(pad)
+
+
+def _ntp_private(request: int = 42, nitems: int = 0, itemsize: int = 0, response: bool = False) -> bytes:
+    head = struct.pack(">BBBBHH", (0x80 if response else 0) | (2 << 3) | 7, 0, 3, request, nitems, itemsize)
+    return head + bytes(nitems * itemsize if response else 40)
+
+
+def test_ntp_control_and_private_modes_on_port_123() -> None:
+    text = b'version="ntpd 4.2.8p10", processor="x86_64", system="Linux", leap=00, stratum=2'
+    control = (
+        Flow(proto=17, sport=38531, dport=123)
+        .fwd(_ntp_control(False, b""))
+        .back(_ntp_control(True, text, pad=(-len(text)) % 4))
+    )
+    private = Flow(proto=17, sport=40000, dport=123).fwd(_ntp_private()).back(_ntp_private(nitems=3, itemsize=72,
+                                                                                          response=True))  # fmt: skip
+    (p1, n1, r1), (p2, n2, r2) = verdicts(control, private)
+    assert (p1, n1) == ("plaintext", "ntp")
+    assert "2 mode-6 control messages" in r1
+    assert (p2, n2) == ("plaintext", "ntp")
+    assert "2 mode-7 private messages" in r2
+
+
+@pytest.mark.parametrize(
+    "flow",
+    [
+        # the same control messages away from port 123: a 12-byte header alone proves nothing
+        Flow(proto=17, sport=38531, dport=5000).fwd(_ntp_control(False, b"")).back(_ntp_control(True, bytes(40))),
+        # a count the datagram does not hold, or more than the 468 data bytes a control message carries
+        Flow(proto=17, sport=38531, dport=123).fwd(_ntp_control(True, bytes(40))[:40]),
+        Flow(proto=17, sport=38531, dport=123).fwd(_ntp_control(True, bytes(472))),
+        # a request with the error bit set, opcode 0 (reserved), version 0
+        Flow(proto=17, sport=38531, dport=123).fwd(b"\x16\x42" + bytes(10)),
+        Flow(proto=17, sport=38531, dport=123).fwd(_ntp_control(False, b"", opcode=0)),
+        Flow(proto=17, sport=38531, dport=123).fwd(_ntp_control(False, b"", version=0)),
+        # mode 7 with an unknown implementation number, or items beyond the datagram
+        Flow(proto=17, sport=40000, dport=123).fwd(_ntp_private()[:2] + b"\x09" + _ntp_private()[3:]),
+        Flow(proto=17, sport=40000, dport=123).fwd(_ntp_private(nitems=6, itemsize=72, response=True)[:300]),
+    ],
+)
+def test_ntp_control_and_private_need_their_whole_header(flow: Flow) -> None:
+    assert verdict(flow)[1] != "ntp"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

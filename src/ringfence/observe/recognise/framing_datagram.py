@@ -1,5 +1,5 @@
 """Recognisers for datagram and link-layer framing: MACsec, IPsec (ESP, IKE), WireGuard, QUIC and
-gQUIC, DTLS, RoCEv2 and NTP.
+gQUIC, DTLS, RoCEv2 and NTP (time, control and private modes).
 
 Datagrams start at a message boundary, so every sampled packet can be judged on its own. Where a
 protocol is defined by its port (ESP-in-UDP and IKE with the non-ESP marker on 4500, RoCEv2 on
@@ -22,6 +22,10 @@ ETHERTYPE_MACSEC: Final = 0x88E5
 ESP_BODY: Final = 16
 NAT_T_PORT: Final = 4500
 ROCE_PORT: Final = 4791
+NTP_PORT: Final = 123
+#: Most data bytes in one NTP control message (RFC 9327 §2) and in one mode-7 response (ntpd's RESP_DATA_SIZE).
+NTP_CONTROL_DATA: Final = 468
+NTP_PRIVATE_DATA: Final = 500
 _QUIC_V2: Final = 0x6B3343CF
 # WireGuard message sizes (whitepaper §5.4.2-5.4.7): initiation, response, cookie reply; transport header + tag.
 WG_INITIATION: Final = 148
@@ -224,17 +228,50 @@ def roce(p: Packets, out: Labeller) -> None:
 
 
 def ntp(p: Packets, out: Labeller) -> None:
-    """NTP v1-4 (RFC 5905) modes 1-5: 48-byte header, sane stratum/poll, root delay/dispersion < 256 s."""
+    """NTP v1-4: the time modes 1-5 (RFC 5905), control mode 6 (ntpq, RFC 9327) and private mode 7 (ntpdc).
+
+    Modes 1-5: 48-byte header, sane stratum/poll, root delay/dispersion < 256 s. Modes 6 and 7 have 12- and
+    8-byte headers whose counts must fit the datagram; being shorter, they are taken on UDP port 123 only.
+    """
     c = p.cols
     version = (c[0] >> 3) & 7
     mode = c[0] & 7
-    cand = (p.proto == _UDP) & (p.length >= 48) & (p.length % 4 == 0)
-    cand &= ((version - 1) <= 3) & ((mode - 1) <= 4) & (c[1] <= 16) & ((c[2] <= 17) | (c[2] >= 0xF6))
+    udp_v = (p.proto == _UDP) & ((version - 1) <= 3)
+    cand = udp_v & (p.length >= 48) & (p.length % 4 == 0)
+    cand &= ((mode - 1) <= 4) & (c[1] <= 16) & ((c[2] <= 17) | (c[2] >= 0xF6))
     cand &= (c[4] == 0) & (c[8] == 0)
     idx, _, length, _ = _select(p, out, cand)
     # 4 (key id only: crypto-NAK), 20 (key id + MD5) or 24 (key id + SHA-1) bytes of MAC after the header
     mac = np.isin(length - 48, [4, 20, 24])
     out.assign(idx, np.where(mac, Label.NTP_MAC, Label.NTP).astype(np.int64))
+    on_123 = udp_v & p.port(NTP_PORT)
+    _ntp_control(p, out, on_123 & (mode == 6) & (p.length >= 12))
+    _ntp_private(p, out, on_123 & (mode == 7) & (p.length >= 8))
+
+
+def _ntp_control(p: Packets, out: Labeller, cand: Bool) -> None:
+    # RFC 9327 §2: R E M opcode | sequence | status | association | offset | count, then count bytes of data
+    # (at most 468), zero padding to a 32-bit boundary (ntpd pads to 64 bits when it signs) and an optional
+    # authenticator (key id + 16- or 20-byte MAC).
+    c = p.cols
+    response, opcode = (c[1] & 0x80) != 0, c[1] & 0x1F
+    cand = cand & (opcode != 0) & (response | ((c[1] & 0x60) == 0))  # E and M are a response's bits
+    idx, s, length, _ = _select(p, out, cand)
+    count = be16(s, 10)
+    rest = length - 12 - count
+    ok = (count <= NTP_CONTROL_DATA) & (((rest >= 0) & (rest <= 7)) | ((rest >= 20) & (rest <= 31)))
+    out.assign(idx[ok], np.full(int(ok.sum()), Label.NTP_CONTROL, np.int64))
+
+
+def _ntp_private(p: Packets, out: Labeller, cand: Bool) -> None:
+    # ntpd's mode 7 (ntp_request.h): R M VN mode | A sequence | implementation (0 universal, 2 and 3 xntpd) |
+    # request code | err:4 nitems:12 | mbz:4 itemsize:12, then nitems items of itemsize bytes.
+    c = p.cols
+    cand = cand & np.isin(c[2], [0, 2, 3]) & ((c[6] & 0xF0) == 0) & (((c[0] & 0x80) != 0) | ((c[0] & 0x40) == 0))
+    idx, s, length, _ = _select(p, out, cand)
+    nitems, itemsize = be16(s, 4) & 0xFFF, be16(s, 6) & 0xFFF
+    ok = (itemsize <= NTP_PRIVATE_DATA) & (nitems * itemsize + 8 <= length)
+    out.assign(idx[ok], np.full(int(ok.sum()), Label.NTP_PRIVATE, np.int64))
 
 
 __all__ = [

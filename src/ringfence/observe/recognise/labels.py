@@ -139,6 +139,8 @@ class Label(IntEnum):
     RX_NULL = 111  # DATA on an rxnull connection (security index 0): no authentication, no encryption
     RX_KAD = 112  # DATA on an rxkad connection (index 2): level clear / auth / crypt not in the header
     RX_CTRL = 113  # ACK, BUSY, ABORT, ACKALL, CHALLENGE, RESPONSE, …
+    NTP_CONTROL = 114  # NTP mode 6 (ntpq): reads and writes a server's variables
+    NTP_PRIVATE = 115  # NTP mode 7 (ntpdc): ntpd's private requests (monlist, …)
 
 
 #: Number of label codes (array dimension for per-flow counts).

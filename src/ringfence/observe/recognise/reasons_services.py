@@ -36,8 +36,16 @@ def _dns(r: Row) -> Verdict:
 
 def _ntp(r: Row) -> Verdict:
     plain, mac = r.c(Label.NTP), r.c(Label.NTP_MAC)
-    note = f" ({mac} carry a MAC: authenticated, still readable)" if mac else ""
-    return PLAIN, "ntp", f"NTP: {_n(plain + mac, 'packet')} with a valid NTPv1-4 header{note}; NTP is unencrypted"
+    control, private = r.c(Label.NTP_CONTROL), r.c(Label.NTP_PRIVATE)
+    parts = []
+    if plain + mac:
+        note = f" ({mac} carry a MAC: authenticated, still readable)" if mac else ""
+        parts.append(f"{_n(plain + mac, 'packet')} with a valid NTPv1-4 header{note}")
+    if control:
+        parts.append(f"{_n(control, 'mode-6 control message')} (ntpq: a server's variables, read and set) on port 123")
+    if private:
+        parts.append(f"{_n(private, 'mode-7 private message')} (ntpdc: monlist and other ntpd requests) on port 123")
+    return PLAIN, "ntp", f"NTP: {'; '.join(parts)}; NTP is unencrypted"
 
 
 def _syslog(r: Row) -> Verdict:
