@@ -61,6 +61,22 @@ def test_capture_verdicts(capture: str, protection: str, protocol: str) -> None:
     assert {(r["protection"], r["protocol"]) for r in with_payload} == {(protection, protocol)}
 
 
+def test_pptp_control_connection_is_plaintext() -> None:
+    rows, _, _ = read("pptp.pcap")
+    (control,) = [r for r in rows if r["dport"] == 1723]
+    assert (control["protection"], control["protocol"]) == ("plaintext", "pptp"), control["reason"]
+    assert "MPPE" in str(control["reason"])
+
+
+def test_hsrp_hellos_inside_erspan_name_the_default_password() -> None:
+    rows, _, _ = read("erspan-type-ii-2.pcap")
+    hsrp = [r for r in rows if r["dport"] == 1985]
+    # v0 hellos to 224.0.0.2 and v2 hellos (a text authentication TLV) to 224.0.0.102, all with "cisco"
+    assert {r["dst"] for r in hsrp} == {"224.0.0.2", "224.0.0.102"}
+    assert {(r["protection"], r["protocol"]) for r in hsrp} == {("plaintext", "hsrp")}
+    assert all('default password "cisco"' in str(r["reason"]) for r in hsrp)
+
+
 @pytest.mark.parametrize(
     "name",
     [

@@ -346,6 +346,71 @@ def test_ntp_control_and_private_need_their_whole_header(flow: Flow) -> None:
     assert verdict(flow)[1] != "ntp"
 
 
+def _pptp(kind: int, length: int) -> bytes:
+    return struct.pack(">HHIHH", length, 1, 0x1A2B3C4D, kind, 0) + bytes(length - 12)
+
+
+def test_pptp_control_messages() -> None:
+    sccrq = Flow(dport=1723).fwd(_pptp(1, 156)).back(_pptp(2, 156))
+    echo = Flow(dport=1723).fwd(_pptp(5, 16))
+    (p1, n1, r1), (p2, n2, _) = verdicts(sccrq, echo)
+    assert (p1, n1) == ("plaintext", "pptp")
+    assert "2 control messages" in r1
+    assert (p2, n2) == ("plaintext", "pptp")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _pptp(1, 156)[:4] + b"\x1a\x2b\x3c\x4e" + _pptp(1, 156)[8:],  # not the magic cookie
+        _pptp(1, 168),  # SCCRQ is 156 bytes, not 168
+        _pptp(16, 16),  # no control message type 16
+        _pptp(1, 156)[:2] + b"\x00\x02" + _pptp(1, 156)[4:],  # a management message (type 2): none is defined
+    ],
+)
+def test_pptp_needs_cookie_type_and_its_length(payload: bytes) -> None:
+    assert verdict(Flow(dport=1723).fwd(payload))[1] != "pptp"
+
+
+def _hsrp_v0(auth: bytes, state: int = 16) -> bytes:
+    return struct.pack(">BBBBBBBB", 0, 0, state, 3, 10, 100, 1, 0) + auth.ljust(8, b"\x00") + bytes([10, 0, 0, 1])
+
+
+def _hsrp_v2(auth_tlv: bytes) -> bytes:
+    group = struct.pack(">BBBBBBH6sIII4s", 1, 40, 2, 0, 6, 4, 254, b"\x00\x11\x92\x1a\x17\x00", 105, 3000, 10000,
+                        bytes([10, 0, 0, 1]))  # fmt: skip
+    return group + bytes(12) + auth_tlv  # an IPv4 virtual address, padded to 16 bytes
+
+
+def test_hsrp_hellos_by_their_authentication() -> None:
+    flows = [
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v0(b"cisco")),
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v0(b"s3cret")),
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v2(b"\x03\x08" + b"cisco".ljust(8, b"\x00"))),
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v2(b"\x04\x1c" + bytes(2) + rand(26))),
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v2(b"")),
+    ]
+    got = verdicts(*flows)
+    assert [v[:2] for v in got] == [("plaintext", "hsrp")] * 3 + [("integrity-only", "hsrp"), ("plaintext", "hsrp")]
+    assert 'default password "cisco"' in got[0][2]
+    assert "text password in clear" in got[1][2]
+    assert 'default password "cisco"' in got[2][2]
+    assert "MD5" in got[3][2]
+    assert "without an authentication TLV" in got[4][2]
+
+
+@pytest.mark.parametrize(
+    "flow",
+    [
+        Flow(proto=17, sport=40000, dport=1986).fwd(_hsrp_v0(b"cisco")),  # not port 1985
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v0(b"cisco") + b"\x00"),  # v0 is exactly 20 bytes
+        Flow(proto=17, sport=1985, dport=1985).fwd(_hsrp_v0(b"cisco", state=3)),  # no state 3
+    ],
+)
+def test_hsrp_needs_its_port_length_and_state(flow: Flow) -> None:
+    assert verdict(flow)[1] != "hsrp"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

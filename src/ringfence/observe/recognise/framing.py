@@ -56,6 +56,8 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
     sv.kerberos,
     sv.ldap,
     sv.radius,
+    sv.pptp,
+    sv.hsrp,
     sv.dhcp,
     sv.tftp_request,
     sv.postgres,

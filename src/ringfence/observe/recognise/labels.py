@@ -141,6 +141,12 @@ class Label(IntEnum):
     RX_CTRL = 113  # ACK, BUSY, ABORT, ACKALL, CHALLENGE, RESPONSE, …
     NTP_CONTROL = 114  # NTP mode 6 (ntpq): reads and writes a server's variables
     NTP_PRIVATE = 115  # NTP mode 7 (ntpdc): ntpd's private requests (monlist, …)
+    PPTP = 116  # PPTP control message (TCP 1723)
+    # HSRP hellos (UDP 1985), by what authenticates them
+    HSRP_DEFAULT = 117  # v0/v1 with the default text "cisco"
+    HSRP_TEXT = 118  # a text password in clear
+    HSRP_MD5 = 119  # v2 with an MD5 authentication TLV (keyed hash: integrity, readable)
+    HSRP_NOAUTH = 120  # v2 without an authentication TLV in the head
 
 
 #: Number of label codes (array dimension for per-flow counts).

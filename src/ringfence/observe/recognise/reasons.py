@@ -119,6 +119,8 @@ class Family(IntEnum):
     RADIUS = 36
     RX = 37
     GENERIC = 38
+    PPTP = 39
+    HSRP = 40
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -95,6 +95,8 @@ def families(f: FlowFacts) -> I64:
         (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
         (Family.LDAP, f.count(*_LDAP) > 0),
         (Family.RADIUS, f.count(Label.RADIUS) > 0),
+        (Family.PPTP, f.count(Label.PPTP) > 0),
+        (Family.HSRP, f.count(Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
