@@ -34,6 +34,11 @@ I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 _MAX: Final = np.iinfo(np.int64).max
 _MIN: Final = np.iinfo(np.int64).min
+# Odd 64-bit multipliers for the key-field hash of :func:`_hash_groups` (splitmix64's and golden-ratio constants).
+_MIX: Final = tuple(np.uint64(k) for k in (
+    0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93, 0xC2B2AE3D27D4EB4F,
+    0x165667B19E3779F9,
+))  # fmt: skip
 
 #: Registered (non-well-known) service ports: a side on one of these is the responder.
 SERVICE_PORTS: Final = (
@@ -78,6 +83,79 @@ def _lex_gt(a_hi: U64, a_lo: U64, b_hi: U64, b_lo: U64) -> npt.NDArray[np.bool_]
     return gt
 
 
+def _keys(c: Cols, sel: I64 | slice, m: int) -> npt.NDArray[np.void]:
+    """The directional keys of the packets ``sel`` of a batch (``m`` of them)."""
+    key = np.zeros(m, _KEY)
+    key["etype"] = c.etype[sel]
+    key["proto"] = c.proto[sel]
+    key["okind"] = c.okind[sel]
+    key["vlan"] = c.vlan[sel]
+    key["pa"], key["pb"] = c.sport[sel], c.dport[sel]
+    key["a_hi"], key["a_lo"] = c.src_hi[sel], c.src_lo[sel]
+    key["b_hi"], key["b_lo"] = c.dst_hi[sel], c.dst_lo[sel]
+    tunnelled = c.okind[sel] != OUTER_NONE
+    if tunnelled.any():
+        t = np.flatnonzero(tunnelled)
+        r = np.arange(c.kind.shape[0])[sel][t]
+        sub = key[t]
+        sub["ovni"] = c.ovni[r]
+        sub["oa_hi"], sub["oa_lo"] = c.osrc_hi[r], c.osrc_lo[r]
+        sub["ob_hi"], sub["ob_lo"] = c.odst_hi[r], c.odst_lo[r]
+        key[t] = sub
+    return key
+
+
+def _first_rows(g: I64, n_groups: int) -> I64:
+    """Index of each group's first row, where groups are numbered in order of first appearance (Arrow's
+    dictionary encoding): a row is its group's first where the running maximum of the numbers grows."""
+    m = g.shape[0]
+    top = np.maximum.accumulate(g)
+    grows = np.empty(m, np.bool_)
+    grows[:1] = True
+    np.greater(top[1:], top[:-1], out=grows[1:])
+    first = np.flatnonzero(grows)
+    if first.shape[0] == n_groups and (m == 0 or top[-1] == n_groups - 1):
+        return first
+    first = np.full(n_groups, m, np.int64)  # numbered some other way: the general (slower) form
+    np.minimum.at(first, g, np.arange(m, dtype=np.int64))
+    return first
+
+
+def _hash_groups(c: Cols, rows: I64 | slice) -> tuple[I64, int, I64] | None:
+    """Groups of a batch's packets with equal keys, found by a 64-bit hash of the key's fields: (group of each
+    packet, number of groups, each group's first packet), as the hash of the whole key gives them.
+
+    Hashing the 88-byte key costs more than building it from the fields (the key is the slower half of the
+    fold); here only each group's first packet gets a key. Every packet's fields are then compared with its
+    group's first packet, so the groups are exact: on a hash collision — or with tunnelled packets, whose
+    outer headers are part of the key — it returns None and the caller groups by the whole key.
+    """
+    if (c.okind[rows] != OUTER_NONE).any():
+        return None
+    u = np.uint64
+    # (sport, dport, proto, etype) packed without overlap: ports + 1 in 17 bits each (-1: none), 8, 16 bits
+    packed = (c.sport[rows] + 1).astype(u) | ((c.dport[rows] + 1).astype(u) << u(17))
+    packed |= (c.proto[rows].astype(u) << u(34)) | ((c.etype[rows] & 0xFFFF).astype(u) << u(42))
+    fields = [packed, c.src_lo[rows], c.dst_lo[rows], c.vlan[rows].astype(u)]
+    src_hi, dst_hi = c.src_hi[rows], c.dst_hi[rows]
+    if src_hi.any() or dst_hi.any():  # IPv6 (or MAC) keys: their high words too
+        fields += [src_hi, dst_hi]
+    h = fields[0] * _MIX[0]
+    for i, f in enumerate(fields[1:], 1):
+        h ^= f
+        h *= _MIX[i]
+    h ^= h >> u(29)
+    encoded = dictionary_encode(pa.array(h))
+    g = encoded.indices.to_numpy().astype(np.int64)
+    n_groups = len(encoded.dictionary)
+    first = _first_rows(g, n_groups)
+    at_first = first[g]
+    for f in fields:
+        if (f != f[at_first]).any():
+            return None
+    return g, n_groups, first
+
+
 class FlowAccumulator:
     """Accumulates decoded packet batches into flows; :meth:`table` produces the Arrow flow table."""
 
@@ -120,30 +198,18 @@ class FlowAccumulator:
         m = seq.shape[0]
         if not m:
             return
-        key = np.zeros(m, _KEY)
-        key["etype"] = c.etype[rows]
-        key["proto"] = c.proto[rows]
-        key["okind"] = c.okind[rows]
-        key["vlan"] = c.vlan[rows]
-        key["pa"], key["pb"] = c.sport[rows], c.dport[rows]
-        key["a_hi"], key["a_lo"] = c.src_hi[rows], c.src_lo[rows]
-        key["b_hi"], key["b_lo"] = c.dst_hi[rows], c.dst_lo[rows]
-        tunnelled = c.okind[rows] != OUTER_NONE
-        if tunnelled.any():
-            t = np.flatnonzero(tunnelled)
-            r = np.arange(c.kind.shape[0])[rows][t]
-            sub = key[t]
-            sub["ovni"] = c.ovni[r]
-            sub["oa_hi"], sub["oa_lo"] = c.osrc_hi[r], c.osrc_lo[r]
-            sub["ob_hi"], sub["ob_lo"] = c.odst_hi[r], c.odst_lo[r]
-            key[t] = sub
-        raw = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_KEY.itemsize), m, [None, pa.py_buffer(key)])
-        encoded = dictionary_encode(raw)
-        g = encoded.indices.to_numpy().astype(np.int64)
-        n_groups = len(encoded.dictionary)
-        first = np.full(n_groups, m, np.int64)
-        np.minimum.at(first, g, np.arange(m, dtype=np.int64))
-        reps = key[first]
+        grouped = _hash_groups(c, rows)
+        if grouped is None:
+            key = _keys(c, rows, m)
+            raw = pa.FixedSizeBinaryArray.from_buffers(pa.binary(_KEY.itemsize), m, [None, pa.py_buffer(key)])
+            encoded = dictionary_encode(raw)
+            g = encoded.indices.to_numpy().astype(np.int64)
+            n_groups = len(encoded.dictionary)
+            first = _first_rows(g, n_groups)
+            reps = key[first]
+        else:
+            g, n_groups, first = grouped
+            reps = _keys(c, first if isinstance(rows, slice) else rows[first], n_groups)
         swap = _lex_gt(reps["a_hi"], reps["a_lo"], reps["b_hi"], reps["b_lo"]) | (
             (reps["a_hi"] == reps["b_hi"]) & (reps["a_lo"] == reps["b_lo"]) & (reps["pa"] > reps["pb"])
         )
