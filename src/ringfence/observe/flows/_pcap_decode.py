@@ -69,6 +69,11 @@ _PPP_PROTOCOLS: Final = {0x0021: ETHERTYPE_IPV4, 0x0057: ETHERTYPE_IPV6, 0x0281:
 _IPV6_EXT: Final = (0, 43, 44, 60, 135, 139, 140)
 _MAX_EXT: Final = 8
 _PORTED: Final = (6, 17, 33, 132, 136)  # tcp, udp, dccp, sctp, udp-lite
+#: The fields :func:`decode_at` computes for every packet of a batch (so they are not zeroed first).
+_ASSIGNED: Final = frozenset(
+    ("etype", "vlan", "olabel", "okind", "src_lo", "dst_lo", "proto", "kind", "why", "length", "ip_end", "trunc",
+     "sport", "dport", "syn", "pay_off", "wire_pay", "pay_len", "pay_cap")
+)  # fmt: skip
 _FRAME_WINDOW: Final = 72  # 14 Ethernet + 40 IPv6 + 14 TCP up to its flags, rounded up
 #: Tunnels inside tunnels are followed this deep (bounds the work a hostile nesting can ask for).
 MAX_DEPTH: Final = 3
@@ -276,7 +281,7 @@ def decode(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64) -> Cols:
 def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -> Cols:
     """:func:`decode` for frames found ``depth`` tunnels deep (tunnels deeper than MAX_DEPTH are not opened)."""
     n = pos.shape[0]
-    out = Cols(n)
+    out = Cols(n, unset=_ASSIGNED)
     # One gather at the frame start covers Ethernet, an IPv6 header and TCP up to its flags; deeper or
     # shifted headers (tags, options, extension headers) are gathered again where they are.
     w0 = gather(buf, pos, _FRAME_WINDOW)
@@ -368,6 +373,7 @@ def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -
     later = out.frag_off > 0
     cap = np.minimum(end, out.ip_end) - out.pay_off
     out.pay_cap = np.where((out.kind == KIND_FLOW) & ~later, np.clip(cap, 0, out.pay_len), 0)
+    out.check_set()
     if depth < MAX_DEPTH:
         overlays(buf, end, out, depth, decode_at)
         gre(buf, end, out, depth, decode_at)

@@ -112,42 +112,99 @@ def any_of(values: I64, choices: tuple[int, ...]) -> Mask:
     return m
 
 
+#: What an unset field of :class:`Cols` holds until it is assigned: no rows, so any use of it fails loudly.
+_UNSET: Final = np.zeros(0, np.int64)
+
+
+#: Every field of :class:`Cols`: (dtype, default).
+_FIELDS: Final[dict[str, tuple[type[np.generic], int]]] = {
+    "kind": (np.uint8, 0),
+    "why": (np.uint8, 0),
+    "etype": (np.int64, 0),
+    "proto": (np.uint8, 0),
+    "src_hi": (np.uint64, 0),
+    "src_lo": (np.uint64, 0),
+    "dst_hi": (np.uint64, 0),
+    "dst_lo": (np.uint64, 0),
+    "sport": (np.int64, -1),
+    "dport": (np.int64, -1),
+    "length": (np.int64, 0),
+    "pay_off": (np.int64, 0),
+    "pay_len": (np.int64, 0),
+    "pay_cap": (np.int64, 0),
+    "wire_pay": (np.int64, 0),
+    "ip_end": (np.int64, 0),
+    "syn": (np.bool_, 0),
+    "trunc": (np.bool_, 0),
+    "cut": (np.bool_, 0),
+    "frag_id": (np.int64, -1),
+    "frag_off": (np.int64, 0),
+    "frag_len": (np.int64, 0),
+    "frag_more": (np.bool_, 0),
+    "vlan": (np.int64, -1),
+    "pkey": (np.int64, -1),
+    "okind": (np.uint8, 0),
+    "ovni": (np.int64, -1),
+    "olabel": (np.int64, -1),
+    "osrc_hi": (np.uint64, 0),
+    "osrc_lo": (np.uint64, 0),
+    "odst_hi": (np.uint64, 0),
+    "odst_lo": (np.uint64, 0),
+}
+
+
 class Cols:
     """Decoded fields of a batch of packets (one entry per packet; meaningful where ``kind`` is KIND_FLOW)."""
 
-    def __init__(self, n: int) -> None:
-        self.kind = np.zeros(n, np.uint8)
-        self.why = np.zeros(n, np.uint8)  # reason code where kind is KIND_BAD
-        self.etype = np.zeros(n, np.int64)  # the frame's network-layer ethertype
-        self.proto = np.zeros(n, np.uint8)
-        self.src_hi = np.zeros(n, np.uint64)
-        self.src_lo = np.zeros(n, np.uint64)
-        self.dst_hi = np.zeros(n, np.uint64)
-        self.dst_lo = np.zeros(n, np.uint64)
-        self.sport = np.full(n, -1, np.int64)
-        self.dport = np.full(n, -1, np.int64)
-        self.length = np.zeros(n, np.int64)  # IP length (frame length after the MAC header for L2 flows)
-        self.pay_off = np.zeros(n, np.int64)  # where the L4 payload starts in the buffer
-        self.pay_len = np.zeros(n, np.int64)  # L4 payload bytes on the wire (of the whole datagram, see frag_*)
-        self.pay_cap = np.zeros(n, np.int64)  # of which captured in this packet
-        self.wire_pay = np.zeros(n, np.int64)  # L4 payload bytes this packet itself carries
-        self.ip_end = np.zeros(n, np.int64)  # where the IP datagram (this fragment) ends in the buffer
-        self.syn = np.zeros(n, np.bool_)  # TCP SYN without ACK
-        self.trunc = np.zeros(n, np.bool_)  # transport header not readable: a flow without ports
-        self.cut = np.zeros(n, np.bool_)  # a tunnel whose inner headers are cut short or invalid: outer kept
-        self.frag_id = np.full(n, -1, np.int64)  # IP identification of a fragment (-1: not a fragment)
-        self.frag_off = np.zeros(n, np.int64)  # byte offset of the fragment's data in its datagram
-        self.frag_len = np.zeros(n, np.int64)  # bytes of datagram data the fragment carries
-        self.frag_more = np.zeros(n, np.bool_)  # more fragments follow
-        self.vlan = np.full(n, -1, np.int64)
-        self.pkey = np.full(n, -1, np.int64)  # InfiniBand P_Key of a RoCEv2 packet's BTH (-1: none)
-        self.okind = np.zeros(n, np.uint8)
-        self.ovni = np.full(n, -1, np.int64)
-        self.olabel = np.full(n, -1, np.int64)
-        self.osrc_hi = np.zeros(n, np.uint64)
-        self.osrc_lo = np.zeros(n, np.uint64)
-        self.odst_hi = np.zeros(n, np.uint64)
-        self.odst_lo = np.zeros(n, np.uint64)
+    kind: npt.NDArray[np.uint8]
+    why: npt.NDArray[np.uint8]  # reason code where kind is KIND_BAD
+    etype: npt.NDArray[np.int64]  # the frame's network-layer ethertype
+    proto: npt.NDArray[np.uint8]
+    src_hi: npt.NDArray[np.uint64]
+    src_lo: npt.NDArray[np.uint64]
+    dst_hi: npt.NDArray[np.uint64]
+    dst_lo: npt.NDArray[np.uint64]
+    sport: npt.NDArray[np.int64]
+    dport: npt.NDArray[np.int64]
+    length: npt.NDArray[np.int64]  # IP length (frame length after the MAC header for L2 flows)
+    pay_off: npt.NDArray[np.int64]  # where the L4 payload starts in the buffer
+    pay_len: npt.NDArray[np.int64]  # L4 payload bytes on the wire (of the whole datagram, see frag_*)
+    pay_cap: npt.NDArray[np.int64]  # of which captured in this packet
+    wire_pay: npt.NDArray[np.int64]  # L4 payload bytes this packet itself carries
+    ip_end: npt.NDArray[np.int64]  # where the IP datagram (this fragment) ends in the buffer
+    syn: npt.NDArray[np.bool_]  # TCP SYN without ACK
+    trunc: npt.NDArray[np.bool_]  # transport header not readable: a flow without ports
+    cut: npt.NDArray[np.bool_]  # a tunnel whose inner headers are cut short or invalid: outer kept
+    frag_id: npt.NDArray[np.int64]  # IP identification of a fragment (-1: not a fragment)
+    frag_off: npt.NDArray[np.int64]  # byte offset of the fragment's data in its datagram
+    frag_len: npt.NDArray[np.int64]  # bytes of datagram data the fragment carries
+    frag_more: npt.NDArray[np.bool_]  # more fragments follow
+    vlan: npt.NDArray[np.int64]
+    pkey: npt.NDArray[np.int64]  # InfiniBand P_Key of a RoCEv2 packet's BTH (-1: none)
+    okind: npt.NDArray[np.uint8]
+    ovni: npt.NDArray[np.int64]
+    olabel: npt.NDArray[np.int64]
+    osrc_hi: npt.NDArray[np.uint64]
+    osrc_lo: npt.NDArray[np.uint64]
+    odst_hi: npt.NDArray[np.uint64]
+    odst_lo: npt.NDArray[np.uint64]
+
+    def __init__(self, n: int, *, unset: frozenset[str] = frozenset()) -> None:
+        """``n`` packets with every field at its default; the fields named in ``unset`` are left to the caller,
+        which must assign each of them whole (see :meth:`check_set`): zeroing them would be wasted work."""
+        for name, (dtype, default) in _FIELDS.items():
+            if name in unset:
+                setattr(self, name, _UNSET)
+            elif default:
+                setattr(self, name, np.full(n, default, dtype))
+            else:
+                setattr(self, name, np.zeros(n, dtype))
+
+    def check_set(self) -> None:
+        """Raise if a field left unset at construction was never assigned (a decoder bug, not bad input)."""
+        missing = [name for name, arr in vars(self).items() if arr is _UNSET]
+        if missing:
+            raise RuntimeError(f"decoded columns left unset: {', '.join(sorted(missing))}")
 
     def put(self, sel: I64, other: Cols) -> None:
         """Overwrite the rows ``sel`` with ``other``'s rows (same order)."""
