@@ -33,6 +33,9 @@ SCAN_SEGMENT: Final = 4 << 20
 #: Where more than one candidate in this many bytes looks like a record header, scanning costs more than the
 #: exact walk (a timestamp of 0 makes every zero byte a candidate): that segment is walked exactly instead.
 SCAN_DENSITY: Final = 24
+#: Mean record size (bytes) above which records are walked exactly, not scanned for (and the reader maps its
+#: windows whole: they hold too few records to hand over).
+LARGE_RECORD: Final = 1500.0
 _ZERO_HEADER: Final = bytes(16)
 
 PCAP_MAGIC_US: Final = 0xA1B2C3D4
@@ -277,7 +280,7 @@ class PcapWalker:
                 p = self._walk_python(mem, p, n, 1024, parts)  # a sample to estimate the record size
                 if parts[0].shape[0]:
                     self.mean_record = (p - start) / parts[0].shape[0]
-            if self.mean_record > 1500.0:
+            if self.mean_record > LARGE_RECORD:
                 # Large records: the exact loop is cheaper than scanning every byte.
                 p = self._walk_python(mem, p, n, n, parts)
             else:
