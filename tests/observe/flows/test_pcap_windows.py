@@ -56,3 +56,14 @@ def test_a_decoded_column_left_unset_is_a_loud_error() -> None:
         cols.check_set()
     cols.dport = np.zeros(4, np.int64)
     cols.check_set()
+
+
+def test_every_declared_column_has_its_dtype_and_default() -> None:
+    from ringfence.observe.flows._pcap_layout import _FIELDS
+
+    declared = {name for name in Cols.__annotations__ if not name.startswith("_")}
+    assert declared == set(_FIELDS)
+    cols = Cols(3)
+    for name, (dtype, default) in _FIELDS.items():
+        arr = getattr(cols, name)
+        assert arr.dtype == np.dtype(dtype) and arr.shape == (3,) and (arr == default).all(), name
