@@ -411,6 +411,65 @@ def test_hsrp_needs_its_port_length_and_state(flow: Flow) -> None:
     assert verdict(flow)[1] != "hsrp"
 
 
+def _vrrp2(auth: int, count: int = 1, password: bytes = b"") -> bytes:
+    head = struct.pack(">BBBBBBH", 0x21, 51, 100, count, auth, 1, 0) + bytes([10, 0, 0, 100]) * count
+    return head + password.ljust(8, b"\x00")
+
+
+def _vrrp3(count: int = 1, v6: bool = False) -> bytes:
+    return struct.pack(">BBBBHH", 0x31, 51, 100, count, 100, 0) + bytes(16 if v6 else 4) * count
+
+
+def test_vrrp_advertisements_by_their_authentication() -> None:
+    flows = [
+        Flow(proto=112, sport=-1, dport=-1).fwd(_vrrp2(1, password=b"k33pal1v")),
+        Flow(proto=112, sport=-1, dport=-1).fwd(_vrrp2(0, count=2)),
+        Flow(proto=112, sport=-1, dport=-1).fwd(_vrrp3(count=1, v6=True)),
+    ]
+    got = verdicts(*flows)
+    assert [v[:2] for v in got] == [("plaintext", "vrrp")] * 3
+    assert "text password in clear" in got[0][2]
+    assert "without authentication" in got[1][2] and "without authentication" in got[2][2]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _vrrp2(1) + b"\x00",  # v2 is exactly 16 + 4 x count bytes
+        _vrrp2(2),  # authentication type 2 (IPsec AH) would not be inside protocol 112
+        _vrrp3()[:1] + b"\x00" + _vrrp3()[2:],  # VRID 0
+        _vrrp3(count=2)[:-3],  # neither 4 nor 16 bytes per address
+    ],
+)
+def test_vrrp_needs_its_exact_layout(payload: bytes) -> None:
+    assert verdict(Flow(proto=112, sport=-1, dport=-1).fwd(payload))[1] != "vrrp"
+
+
+def _bgp(kind: int, body: bytes) -> bytes:
+    return b"\xff" * 16 + struct.pack(">HB", 19 + len(body), kind) + body
+
+
+def test_bgp_sessions_are_plaintext() -> None:
+    open_ = _bgp(1, struct.pack(">BHHIB", 4, 64512, 90, 0x0A000001, 0))
+    flow = Flow(sport=40179, dport=179).fwd(open_, _bgp(4, b"")).back(_bgp(1, open_[19:]), _bgp(4, b""))
+    protection, protocol, reason = verdict(flow)
+    assert (protection, protocol) == ("plaintext", "bgp")
+    assert "4 messages" in reason and "TCP-MD5" in reason
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _bgp(4, b"\x00"),  # a KEEPALIVE is exactly 19 bytes
+        _bgp(1, b"\x04"),  # an OPEN is at least 29
+        _bgp(6, bytes(10)),  # no message type 6
+        b"\xff" * 15 + b"\xfe" + _bgp(4, b"")[16:],  # the marker is 16 bytes of ones
+    ],
+)
+def test_bgp_needs_marker_type_and_length(payload: bytes) -> None:
+    assert verdict(Flow(sport=40179, dport=179).fwd(payload))[1] != "bgp"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

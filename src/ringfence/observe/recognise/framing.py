@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ringfence.observe.recognise import framing_datagram as dg
+from ringfence.observe.recognise import framing_network as nw
 from ringfence.observe.recognise import framing_services as sv
 from ringfence.observe.recognise import framing_storage as sg
 from ringfence.observe.recognise import framing_stream as st
@@ -28,6 +29,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     st.ssh,
     st.http,
     st.gloo,
+    nw.bgp,
     st.ssh_kex,
     dg.dtls,
     dg.wireguard,
@@ -36,6 +38,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.nat_keepalive,
     dg.esp_in_udp,
     dg.roce,
+    nw.vrrp,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,
@@ -57,7 +60,7 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
     sv.ldap,
     sv.radius,
     sv.pptp,
-    sv.hsrp,
+    nw.hsrp,
     sv.dhcp,
     sv.tftp_request,
     sv.postgres,

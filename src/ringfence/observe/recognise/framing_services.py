@@ -37,10 +37,6 @@ _MUNGE: Final = b"MUNGE:"
 _PPTP_COOKIE: Final = 0x1A2B3C4D
 #: Length of each PPTP control message by its type (RFC 2637 §2.1-2.15); 0: not a type.
 _PPTP_LENGTHS: Final = np.array([0, 156, 156, 16, 16, 16, 20, 168, 32, 220, 24, 28, 16, 148, 32, 24] + [0] * 240)
-HSRP_PORT: Final = 1985
-#: HSRP v0/v1 states (RFC 2281 §5): initial, learn, listen, speak, standby, active.
-_HSRP_STATES: Final = np.isin(np.arange(256), [0, 1, 2, 4, 8, 16])
-_HSRP_DEFAULT_AUTH: Final = b"cisco\x00\x00\x00"
 #: RADIUS codes: Access-Request/Accept/Reject, Accounting, Challenge, Status-Server/Client, CoA/Disconnect.
 _RADIUS_CODE: Final = np.isin(np.arange(256), [1, 2, 3, 4, 5, 11, 12, 13, 40, 41, 42, 43, 44, 45])
 _RADIUS_WALK: Final = 4
@@ -467,35 +463,8 @@ def pptp(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.PPTP, 0).astype(np.int64))
 
 
-def hsrp(p: Packets, out: Labeller) -> None:
-    """HSRP on UDP 1985. Version 0 (RFC 2281 §5, HSRPv1): op code hello/coup/resign, a defined state,
-    reserved zero, 8 bytes of authentication data in clear and the virtual address: exactly 20 bytes.
-    Version 2 (Cisco): a group-state TLV (type 1, length 40, version 2) followed by a text (type 3) or an
-    MD5 (type 4) authentication TLV."""
-    c = p.cols
-    udp = (p.proto == _UDP) & p.port(HSRP_PORT)
-    idx, s, length, v = _select(p, out, udp & (((c[0] == 0) & (p.length == 20)) | ((c[0] == 1) & (c[1] == 40))))
-    if idx.size == 0:
-        return
-    v1 = (s[:, 0] == 0) & (s[:, 1] <= 2) & _HSRP_STATES[s[:, 2]] & (s[:, 7] == 0) & (s[:, 4] >= s[:, 3])
-    default = np.frombuffer(_HSRP_DEFAULT_AUTH, np.uint8)
-    v2 = (s[:, 0] == 1) & (s[:, 1] == 40) & (s[:, 2] == 2) & (s[:, 3] <= 2) & (length >= 42)
-    auth_type = np.where(v >= 44, s[:, 42], 0)  # the TLV after the group state's 2 + 40 bytes
-    text2 = v2 & (auth_type == 3) & (s[:, 43] == 8) & (length >= 52)
-    # the password: bytes 8-15 of a v0/v1 hello, the 8 bytes of a v2 text TLV (where the head holds them)
-    cisco = np.where(v1, np.all(s[:, 8:16] == default, axis=1), (v >= 52) & np.all(s[:, 44:52] == default, axis=1))
-    codes = np.select(
-        [(v1 | text2) & cisco, v1 | text2, v2 & (auth_type == 4), v2 & (auth_type != 3)],
-        [Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH],
-        0,
-    )
-    out.assign(idx, codes.astype(np.int64))
-
-
 __all__ = [
-    "HSRP_PORT",
     "dhcp",
-    "hsrp",
     "kafka",
     "kerberos",
     "ldap",

@@ -147,6 +147,9 @@ class Label(IntEnum):
     HSRP_TEXT = 118  # a text password in clear
     HSRP_MD5 = 119  # v2 with an MD5 authentication TLV (keyed hash: integrity, readable)
     HSRP_NOAUTH = 120  # v2 without an authentication TLV in the head
+    VRRP_TEXT = 121  # VRRPv2 with a text password in clear
+    VRRP_NOAUTH = 122  # VRRPv2 without authentication, or VRRPv3 (which has none)
+    BGP = 123  # a BGP-4 message (marker, length, type)
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -121,6 +121,8 @@ class Family(IntEnum):
     GENERIC = 38
     PPTP = 39
     HSRP = 40
+    VRRP = 41
+    BGP = 42
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

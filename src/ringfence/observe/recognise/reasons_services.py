@@ -476,29 +476,6 @@ def _pptp(r: Row) -> Verdict:
     )
 
 
-def _hsrp(r: Row) -> Verdict:
-    default, text = r.c(Label.HSRP_DEFAULT), r.c(Label.HSRP_TEXT)
-    md5, none = r.c(Label.HSRP_MD5), r.c(Label.HSRP_NOAUTH)
-    if default or text or none:
-        why = []
-        if default:
-            why.append(f"{_n(default, 'hello')} with the default password \"cisco\"")
-        if text:
-            why.append(f"{_n(text, 'hello')} with a text password in clear")
-        if none:
-            why.append(f"{_n(none, 'v2 hello')} without an authentication TLV")
-        return (
-            PLAIN,
-            "hsrp",
-            f"HSRP (first-hop redundancy): {'; '.join(why)}; anyone on the segment can take the gateway address",
-        )
-    return (
-        INTEG,
-        "hsrp",
-        f"HSRP v2: {_n(md5, 'hello')} with MD5 authentication: a forged hello is refused, the group is readable",
-    )
-
-
 #: Handlers of the families worded here; :mod:`.verdict` joins them with :data:`.reasons.HANDLERS`.
 SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.NO_PAYLOAD: _no_payload,
@@ -519,7 +496,6 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.LDAP: _ldap,
     Family.RADIUS: _radius,
     Family.PPTP: _pptp,
-    Family.HSRP: _hsrp,
     Family.RX: _rx,
     Family.DHCP: _dhcp,
     Family.TFTP: _tftp,

@@ -1,0 +1,93 @@
+"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP) and routing (BGP).
+
+A cluster's gateway address is held by HSRP or VRRP (keepalived in front of a Kubernetes API, for one), and
+its routes are often BGP (Calico between nodes, BGP unnumbered in a leaf-spine fabric): whoever can forge these
+messages takes the traffic. None of them encrypts; what they authenticate with is what the verdict says.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, be16
+from ringfence.observe.recognise.labels import Label
+
+_TCP: Final = 6
+_UDP: Final = 17
+_VRRP_PROTO: Final = 112
+HSRP_PORT: Final = 1985
+#: HSRP v0/v1 states (RFC 2281 §5): initial, learn, listen, speak, standby, active.
+_HSRP_STATES: Final = np.isin(np.arange(256), [0, 1, 2, 4, 8, 16])
+_HSRP_DEFAULT_AUTH: Final = b"cisco\x00\x00\x00"
+#: BGP message types (RFC 4271 §4.1, RFC 2918): OPEN, UPDATE, NOTIFICATION, KEEPALIVE, ROUTE-REFRESH.
+_BGP_TYPES: Final = np.isin(np.arange(256), [1, 2, 3, 4, 5])
+_BGP_HEADER: Final = 19
+#: Largest BGP message: 4096 bytes, or 65535 with extended messages (RFC 8654).
+_BGP_MAX: Final = 65535
+
+
+def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
+    idx = np.flatnonzero(cand & out.free)
+    return idx, p.head[idx], p.length[idx], p.valid[idx]
+
+
+def hsrp(p: Packets, out: Labeller) -> None:
+    """HSRP on UDP 1985. Version 0 (RFC 2281 §5, HSRPv1): op code hello/coup/resign, a defined state,
+    reserved zero, 8 bytes of authentication data in clear and the virtual address: exactly 20 bytes.
+    Version 2 (Cisco): a group-state TLV (type 1, length 40, version 2) followed by a text (type 3) or an
+    MD5 (type 4) authentication TLV."""
+    c = p.cols
+    udp = (p.proto == _UDP) & p.port(HSRP_PORT)
+    idx, s, length, v = _select(p, out, udp & (((c[0] == 0) & (p.length == 20)) | ((c[0] == 1) & (c[1] == 40))))
+    if idx.size == 0:
+        return
+    v1 = (s[:, 0] == 0) & (s[:, 1] <= 2) & _HSRP_STATES[s[:, 2]] & (s[:, 7] == 0) & (s[:, 4] >= s[:, 3])
+    default = np.frombuffer(_HSRP_DEFAULT_AUTH, np.uint8)
+    v2 = (s[:, 0] == 1) & (s[:, 1] == 40) & (s[:, 2] == 2) & (s[:, 3] <= 2) & (length >= 42)
+    auth_type = np.where(v >= 44, s[:, 42], 0)  # the TLV after the group state's 2 + 40 bytes
+    text2 = v2 & (auth_type == 3) & (s[:, 43] == 8) & (length >= 52)
+    # the password: bytes 8-15 of a v0/v1 hello, the 8 bytes of a v2 text TLV (where the head holds them)
+    cisco = np.where(v1, np.all(s[:, 8:16] == default, axis=1), (v >= 52) & np.all(s[:, 44:52] == default, axis=1))
+    codes = np.select(
+        [(v1 | text2) & cisco, v1 | text2, v2 & (auth_type == 4), v2 & (auth_type != 3)],
+        [Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH],
+        0,
+    )
+    out.assign(idx, codes.astype(np.int64))
+
+
+def vrrp(p: Packets, out: Labeller) -> None:
+    """VRRP (IP protocol 112). Version 2 (RFC 3768 §5): type 1, VRID 1-255, the address count, an
+    authentication type 0 (none) or 1 (a text password in clear), then the addresses and 8 bytes of
+    authentication data: exactly 16 + 4 x count bytes. Version 3 (RFC 5798 §5): no authentication, 8 + 4 or
+    16 bytes per address."""
+    c = p.cols
+    cand = (p.proto == _VRRP_PROTO) & np.isin(c[0], [0x21, 0x31]) & (c[1] >= 1) & (c[3] >= 1)
+    idx, s, length, _ = _select(p, out, cand & (p.length >= 12))
+    if idx.size == 0:
+        return
+    count = s[:, 3].astype(np.int64)
+    v2 = (s[:, 0] == 0x21) & (length == 16 + 4 * count) & (s[:, 4] <= 1)
+    v3 = (s[:, 0] == 0x31) & ((length == 8 + 4 * count) | (length == 8 + 16 * count)) & ((s[:, 4] & 0xF0) == 0)
+    codes = np.select([v2 & (s[:, 4] == 1), v2, v3], [Label.VRRP_TEXT, Label.VRRP_NOAUTH, Label.VRRP_NOAUTH], 0)
+    out.assign(idx, codes.astype(np.int64))
+
+
+def bgp(p: Packets, out: Labeller) -> None:
+    """BGP-4 on TCP (RFC 4271 §4.1): the 16-byte marker of all ones, a length of at least 19 (exactly 19 for
+    a KEEPALIVE, 29 or more for an OPEN) and a message type 1-5."""
+    c = p.cols
+    cand = (p.proto == _TCP) & (c[0] == 0xFF) & (c[15] == 0xFF) & (p.length >= _BGP_HEADER)
+    idx, s, _, v = _select(p, out, cand)
+    if idx.size == 0:
+        return
+    length, kind = be16(s, 16), s[:, 18]
+    ok = (v >= _BGP_HEADER) & np.all(s[:, :16] == 0xFF, axis=1) & _BGP_TYPES[kind]
+    ok &= (length >= _BGP_HEADER) & (length <= _BGP_MAX)
+    ok &= np.where(kind == 4, length == _BGP_HEADER, True) & np.where(kind == 1, length >= 29, True)
+    out.assign(idx, np.where(ok, Label.BGP, 0).astype(np.int64))
+
+
+__all__ = ["HSRP_PORT", "bgp", "hsrp", "vrrp"]
