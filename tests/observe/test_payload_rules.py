@@ -470,6 +470,33 @@ def test_bgp_needs_marker_type_and_length(payload: bytes) -> None:
     assert verdict(Flow(sport=40179, dport=179).fwd(payload))[1] != "bgp"
 
 
+def _tacacs(kind: int, seq: int, flags: int, body: bytes) -> bytes:
+    return struct.pack(">BBBBII", 0xC1, kind, seq, flags, 0x5EED1234, len(body)) + body
+
+
+def test_tacacs_in_clear_and_obfuscated_are_both_plaintext() -> None:
+    start = b"\x01\x01\x01\x01\x05\x00\x00\x00admin"  # an authentication START, user "admin"
+    clear = Flow(sport=40049, dport=49).fwd(_tacacs(1, 1, 0x01, start)).back(_tacacs(1, 2, 0x01, bytes(6)))
+    hidden = Flow(sport=40050, dport=49).fwd(_tacacs(2, 1, 0x00, rand(40))).back(_tacacs(2, 2, 0x04, rand(20)))
+    (p1, n1, r1), (p2, n2, r2) = verdicts(clear, hidden)
+    assert (p1, n1) == ("plaintext", "tacacs+") and "UNENCRYPTED" in r1
+    assert (p2, n2) == ("plaintext", "tacacs+") and "MD5 keystream" in r2
+
+
+@pytest.mark.parametrize(
+    ("dport", "payload"),
+    [
+        (4949, _tacacs(1, 1, 0x01, bytes(20))),  # not port 49
+        (49, _tacacs(4, 1, 0x01, bytes(20))),  # no packet type 4
+        (49, _tacacs(1, 0, 0x01, bytes(20))),  # sequence numbers start at 1
+        (49, _tacacs(1, 1, 0x02, bytes(20))),  # an undefined flag
+        (49, b"\xc2" + _tacacs(1, 1, 0x01, bytes(20))[1:]),  # minor version 2
+    ],
+)
+def test_tacacs_needs_port_version_type_and_flags(dport: int, payload: bytes) -> None:
+    assert verdict(Flow(sport=40049, dport=dport).fwd(payload))[1] != "tacacs+"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

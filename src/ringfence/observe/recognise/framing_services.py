@@ -34,6 +34,8 @@ _DHCP6_PORTS: Final = (546, 547)
 _LDAP_STARTTLS_OID: Final = b"1.3.6.1.4.1.1466.20037"
 _TFTP_MODES: Final = (b"octet\x00", b"netascii\x00", b"mail\x00")
 _MUNGE: Final = b"MUNGE:"
+TACACS_PORT: Final = 49
+_TACACS_MAX_BODY: Final = 1 << 16
 _PPTP_COOKIE: Final = 0x1A2B3C4D
 #: Length of each PPTP control message by its type (RFC 2637 §2.1-2.15); 0: not a type.
 _PPTP_LENGTHS: Final = np.array([0, 156, 156, 16, 16, 16, 20, 168, 32, 220, 24, 28, 16, 148, 32, 24] + [0] * 240)
@@ -451,6 +453,22 @@ def slurm(p: Packets, out: Labeller) -> None:
     out.assign(idx, codes.astype(np.int64))
 
 
+def tacacs(p: Packets, out: Labeller) -> None:
+    """TACACS+ on TCP 49 (RFC 8907 §4.1): version 0xC0/0xC1, type 1-3 (authentication, authorization,
+    accounting), sequence number >= 1 (odd from the client, even from the server), flags within UNENCRYPTED
+    (0x01) and SINGLE_CONNECT (0x04), session id and a body length. The UNENCRYPTED flag means the body is in
+    clear; without it the body is obfuscated with an MD5 keystream of the shared secret (§4.5)."""
+    c = p.cols
+    cand = (p.proto == _TCP) & p.port(TACACS_PORT) & ((c[0] & 0xFE) == 0xC0) & ((c[1] - 1) <= 2) & (c[2] >= 1)
+    idx, s, _, _ = _select(p, out, cand & ((c[3] & 0xFA) == 0) & (p.length >= 12))
+    if idx.size == 0:
+        return
+    ok = be32(s, 8) <= _TACACS_MAX_BODY
+    clear = (s[:, 3] & 0x01) != 0
+    codes = np.select([ok & clear, ok], [Label.TACACS_CLEAR, Label.TACACS_OBFUSCATED], 0)
+    out.assign(idx, codes.astype(np.int64))
+
+
 def pptp(p: Packets, out: Labeller) -> None:
     """PPTP control connection (RFC 2637 §1.4, §2): length, message type 1 (control), the magic cookie
     0x1A2B3C4D, a control message type 1-15, reserved zero, and the length that type has."""
@@ -477,6 +495,7 @@ __all__ = [
     "rmcp",
     "slurm",
     "snmp",
+    "tacacs",
     "tftp_request",
     "tlv",
 ]

@@ -150,6 +150,8 @@ class Label(IntEnum):
     VRRP_TEXT = 121  # VRRPv2 with a text password in clear
     VRRP_NOAUTH = 122  # VRRPv2 without authentication, or VRRPv3 (which has none)
     BGP = 123  # a BGP-4 message (marker, length, type)
+    TACACS_CLEAR = 124  # TACACS+ with the UNENCRYPTED flag: the body in clear
+    TACACS_OBFUSCATED = 125  # TACACS+ body XORed with an MD5 keystream of the shared secret
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -123,6 +123,7 @@ class Family(IntEnum):
     HSRP = 40
     VRRP = 41
     BGP = 42
+    TACACS = 43
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -465,6 +465,28 @@ def _slurm(r: Row) -> Verdict:
     )
 
 
+def _tacacs(r: Row) -> Verdict:
+    clear, hidden = r.c(Label.TACACS_CLEAR), r.c(Label.TACACS_OBFUSCATED)
+    if clear:
+        return (
+            PLAIN,
+            "tacacs+",
+            (
+                f"TACACS+: {_n(clear, 'packet')} with the UNENCRYPTED flag: user names, passwords and commands "
+                "in clear on TCP 49"
+            ),
+        )
+    return (
+        PLAIN,
+        "tacacs+",
+        (
+            f"TACACS+: {_n(hidden, 'packet')} on TCP 49 whose bodies are only obfuscated with an MD5 keystream of "
+            "the shared secret (RFC 8907 §4.5: not confidentiality by current standards, and no integrity) — "
+            "not counted as a protection; TACACS+ over TLS shows as TLS"
+        ),
+    )
+
+
 def _pptp(r: Row) -> Verdict:
     return (
         PLAIN,
@@ -496,6 +518,7 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.LDAP: _ldap,
     Family.RADIUS: _radius,
     Family.PPTP: _pptp,
+    Family.TACACS: _tacacs,
     Family.RX: _rx,
     Family.DHCP: _dhcp,
     Family.TFTP: _tftp,

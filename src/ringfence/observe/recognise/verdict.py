@@ -96,6 +96,7 @@ def families(f: FlowFacts) -> I64:
         (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
         (Family.LDAP, f.count(*_LDAP) > 0),
         (Family.RADIUS, f.count(Label.RADIUS) > 0),
+        (Family.TACACS, f.count(Label.TACACS_CLEAR, Label.TACACS_OBFUSCATED) > 0),
         (Family.PPTP, f.count(Label.PPTP) > 0),
         (Family.HSRP, f.count(Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH) > 0),
         (Family.VRRP, f.count(Label.VRRP_TEXT, Label.VRRP_NOAUTH) > 0),
