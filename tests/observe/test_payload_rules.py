@@ -497,6 +497,44 @@ def test_tacacs_needs_port_version_type_and_flags(dport: int, payload: bytes) ->
     assert verdict(Flow(sport=40049, dport=dport).fwd(payload))[1] != "tacacs+"
 
 
+def _ospf2(autype: int, auth: bytes = bytes(8), digest: bytes = b"") -> bytes:
+    hello = bytes([255, 255, 255, 0]) + struct.pack(">HBBII", 10, 0x02, 1, 40, 0) + bytes(8)  # mask … backup DR
+    size = 24 + len(hello)
+    return struct.pack(">BBHIIHH", 2, 1, size, 0x0A000001, 0, 0, autype) + auth + hello + digest
+
+
+def _ospf3() -> bytes:
+    hello = struct.pack(">IBBBBHHII", 5, 1, 0, 0, 0x13, 10, 40, 0, 0)
+    return struct.pack(">BBHIIHBB", 3, 1, 16 + len(hello), 0x0A000001, 0, 0, 0, 0) + hello
+
+
+def test_ospf_by_its_authentication() -> None:
+    md5 = struct.pack(">HBBI", 0, 1, 16, 7)
+    flows = [
+        Flow(proto=89, sport=-1, dport=-1).fwd(_ospf2(2, md5, rand(16))),
+        Flow(proto=89, sport=-1, dport=-1).fwd(_ospf2(1, b"ospfpass")),
+        Flow(proto=89, sport=-1, dport=-1).fwd(_ospf2(0)),
+        Flow(proto=89, sport=-1, dport=-1).fwd(_ospf3()),
+    ]
+    got = verdicts(*flows)
+    assert [v[:2] for v in got] == [("integrity-only", "ospf")] + [("plaintext", "ospf")] * 3
+    assert "AuType 2" in got[0][2] and "simple password" in got[1][2]
+    assert "without authentication" in got[2][2] and "OSPFv3" in got[3][2]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _ospf2(2, struct.pack(">HBBI", 0, 1, 16, 7)),  # the 16-byte digest the header announces is missing
+        _ospf2(3),  # no AuType 3
+        _ospf2(0)[:1] + b"\x06" + _ospf2(0)[2:],  # no packet type 6
+        _ospf2(0)[:2] + b"\x00\x34" + _ospf2(0)[4:],  # 52 bytes declared, 48 in the datagram
+    ],
+)
+def test_ospf_needs_its_exact_header(payload: bytes) -> None:
+    assert verdict(Flow(proto=89, sport=-1, dport=-1).fwd(payload))[1] != "ospf"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

@@ -10,6 +10,8 @@ import numpy.typing as npt
 
 HEAD: Final = 64
 U8 = npt.NDArray[np.uint8]
+#: dtype of a sampled packet's label code (:class:`.labels.Label`: more than 127 codes, so not int8).
+LABEL_DTYPE: Final = np.int16
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
 #: Leading columns kept transposed (contiguous per column) for cheap candidate tests over all rows.
@@ -60,7 +62,7 @@ class Labeller:
     """Per-row label and body region; the first recogniser to claim a row wins (priority order)."""
 
     def __init__(self, m: int) -> None:
-        self.label = np.zeros(m, dtype=np.int8)
+        self.label = np.zeros(m, dtype=LABEL_DTYPE)
         self.body_start = np.full(m, -1, dtype=np.int64)
         self.body_stop = np.zeros(m, dtype=np.int64)
 

@@ -39,6 +39,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.esp_in_udp,
     dg.roce,
     nw.vrrp,
+    nw.ospf,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,
@@ -95,7 +96,7 @@ _RX_HEADER: Final = 28
 class Framing:
     """Per sampled packet: its :class:`Label` and the body region to check for readable data (-1: none)."""
 
-    label: npt.NDArray[np.int8]
+    label: npt.NDArray[np.int16]
     body_start: I64
     body_stop: I64
 

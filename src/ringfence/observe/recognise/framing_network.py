@@ -1,4 +1,4 @@
-"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP) and routing (BGP).
+"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP) and routing (BGP, OSPF).
 
 A cluster's gateway address is held by HSRP or VRRP (keepalived in front of a Kubernetes API, for one), and
 its routes are often BGP (Calico between nodes, BGP unnumbered in a leaf-spine fabric): whoever can forge these
@@ -17,6 +17,10 @@ from ringfence.observe.recognise.labels import Label
 _TCP: Final = 6
 _UDP: Final = 17
 _VRRP_PROTO: Final = 112
+_OSPF_PROTO: Final = 89
+#: Bytes of the OSPFv2 and OSPFv3 packet headers (RFC 2328 A.3.1, RFC 5340 A.3.1).
+_OSPF2_HEADER: Final = 24
+_OSPF3_HEADER: Final = 16
 HSRP_PORT: Final = 1985
 #: HSRP v0/v1 states (RFC 2281 §5): initial, learn, listen, speak, standby, active.
 _HSRP_STATES: Final = np.isin(np.arange(256), [0, 1, 2, 4, 8, 16])
@@ -75,6 +79,31 @@ def vrrp(p: Packets, out: Labeller) -> None:
     out.assign(idx, codes.astype(np.int64))
 
 
+def ospf(p: Packets, out: Labeller) -> None:
+    """OSPF (IP protocol 89). Version 2 (RFC 2328 A.3.1): type 1-5, a packet length of at least 24 that the
+    datagram holds (an LLS block or the cryptographic digest may follow it), AuType 0 (null), 1 (a simple
+    password) or 2 (cryptographic: zero, key id, digest length 16-64, sequence). Version 3 (RFC 5340 A.3.1):
+    type 1-5, length >= 16, reserved zero; it authenticates with IPsec (then the flow is AH or ESP) or a
+    trailer after the packet (RFC 7166)."""
+    c = p.cols
+    cand = (p.proto == _OSPF_PROTO) & np.isin(c[0], [2, 3]) & ((c[1] - 1) <= 4)
+    idx, s, length, v = _select(p, out, cand & (p.length >= _OSPF3_HEADER))
+    if idx.size == 0:
+        return
+    size = be16(s, 2)
+    v2 = (s[:, 0] == 2) & (size >= _OSPF2_HEADER) & (size <= length) & (v >= _OSPF2_HEADER)
+    autype = be16(s, 14)
+    digest = s[:, 19]
+    crypto = v2 & (autype == 2) & (be16(s, 16) == 0) & (digest >= 16) & (digest <= 64) & (size + digest <= length)
+    v3 = (s[:, 0] == 3) & (size >= _OSPF3_HEADER) & (size <= length) & (s[:, 15] == 0)
+    codes = np.select(
+        [crypto, v2 & (autype == 1), v2 & (autype == 0), v3],
+        [Label.OSPF_CRYPTO, Label.OSPF_SIMPLE, Label.OSPF_NULL, Label.OSPF3],
+        0,
+    )
+    out.assign(idx, codes.astype(np.int64))
+
+
 def bgp(p: Packets, out: Labeller) -> None:
     """BGP-4 on TCP (RFC 4271 §4.1): the 16-byte marker of all ones, a length of at least 19 (exactly 19 for
     a KEEPALIVE, 29 or more for an OPEN) and a message type 1-5."""
@@ -90,4 +119,4 @@ def bgp(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.BGP, 0).astype(np.int64))
 
 
-__all__ = ["HSRP_PORT", "bgp", "hsrp", "vrrp"]
+__all__ = ["HSRP_PORT", "bgp", "hsrp", "ospf", "vrrp"]

@@ -152,6 +152,11 @@ class Label(IntEnum):
     BGP = 123  # a BGP-4 message (marker, length, type)
     TACACS_CLEAR = 124  # TACACS+ with the UNENCRYPTED flag: the body in clear
     TACACS_OBFUSCATED = 125  # TACACS+ body XORed with an MD5 keystream of the shared secret
+    # OSPF (IP protocol 89), by what authenticates it
+    OSPF_NULL = 126  # OSPFv2 AuType 0
+    OSPF_SIMPLE = 127  # OSPFv2 AuType 1: a password in clear
+    OSPF_CRYPTO = 128  # OSPFv2 AuType 2: a keyed digest after the packet
+    OSPF3 = 129  # OSPFv3: no authentication in its header
 
 
 #: Number of label codes (array dimension for per-flow counts).

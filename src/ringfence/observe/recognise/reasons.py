@@ -124,6 +124,7 @@ class Family(IntEnum):
     VRRP = 41
     BGP = 42
     TACACS = 43
+    OSPF = 44
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -1,4 +1,4 @@
-"""The words of the verdicts for the network's control plane: HSRP, VRRP and BGP."""
+"""The words of the verdicts for the network's control plane: HSRP, VRRP, BGP and OSPF."""
 
 from __future__ import annotations
 
@@ -56,11 +56,37 @@ def _bgp(r: Row) -> Verdict:
     )
 
 
+def _ospf(r: Row) -> Verdict:
+    null, simple = r.c(Label.OSPF_NULL), r.c(Label.OSPF_SIMPLE)
+    crypto, v3 = r.c(Label.OSPF_CRYPTO), r.c(Label.OSPF3)
+    weak = []
+    if simple:
+        weak.append(f"{_n(simple, 'packet')} with a simple password in clear (AuType 1)")
+    if null:
+        weak.append(f"{_n(null, 'packet')} without authentication (AuType 0)")
+    if v3:
+        weak.append(
+            f"{_n(v3, 'OSPFv3 packet')} in clear; OSPFv3 authenticates with IPsec (the flow would be AH or ESP) "
+            "or a trailer after the packet, not visible here"
+        )
+    if weak:
+        return PLAIN, "ospf", f"OSPF: {'; '.join(weak)}; the topology is readable and forged routes would be taken"
+    return (
+        INTEG,
+        "ospf",
+        (
+            f"OSPF: {_n(crypto, 'packet')} with cryptographic authentication (AuType 2, a keyed digest after the "
+            "packet): forged routes are refused, the topology is readable"
+        ),
+    )
+
+
 #: Handlers of the families worded here; :mod:`.verdict` joins them with the others.
 NETWORK_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.HSRP: _hsrp,
     Family.VRRP: _vrrp,
     Family.BGP: _bgp,
+    Family.OSPF: _ospf,
 }
 
 __all__ = ["NETWORK_HANDLERS"]

@@ -101,6 +101,7 @@ def families(f: FlowFacts) -> I64:
         (Family.HSRP, f.count(Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH) > 0),
         (Family.VRRP, f.count(Label.VRRP_TEXT, Label.VRRP_NOAUTH) > 0),
         (Family.BGP, f.count(Label.BGP) > 0),
+        (Family.OSPF, f.count(Label.OSPF_NULL, Label.OSPF_SIMPLE, Label.OSPF_CRYPTO, Label.OSPF3) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
