@@ -535,6 +535,59 @@ def test_ospf_needs_its_exact_header(payload: bytes) -> None:
     assert verdict(Flow(proto=89, sport=-1, dport=-1).fwd(payload))[1] != "ospf"
 
 
+def _zmtp_rest(mechanism: bytes, server: int = 0) -> bytes:
+    return mechanism.ljust(20, b"\x00") + bytes([server]) + bytes(31)
+
+
+_ZMTP_SIG = b"\xff" + bytes(8) + b"\x7f"
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "protection"),
+    [(b"NULL", "plaintext"), (b"PLAIN", "plaintext"), (b"CURVE", "encrypted"), (b"GSSAPI", "handshake-only")],
+)
+def test_zmtp_greetings_by_mechanism(mechanism: bytes, protection: str) -> None:
+    # one write (the whole greeting, then a READY command) …
+    whole = Flow(dport=5555).fwd(_ZMTP_SIG + b"\x03\x01" + _zmtp_rest(mechanism) + b"\x04\x19\x05READY")
+    # … or libzmq's three: the signature, the major version, the rest
+    split = Flow(dport=5556).fwd(_ZMTP_SIG, b"\x03", b"\x01" + _zmtp_rest(mechanism)).back(
+        _ZMTP_SIG + b"\x03", b"\x01" + _zmtp_rest(mechanism, server=1)
+    )
+    for got in verdicts(whole, split):
+        assert got[:2] == (protection, "zeromq"), got
+        assert mechanism.decode() in got[2]
+
+
+@pytest.mark.parametrize(
+    "segments",
+    [
+        [_ZMTP_SIG, b"\x03"],  # a signature and a version: no mechanism seen
+        [_ZMTP_SIG + b"\x03\x01" + _zmtp_rest(b"NULLX")],  # not a mechanism name
+        [_ZMTP_SIG + b"\x03\x01" + _zmtp_rest(b"NULL")[:-1] + b"\x01"],  # filler not zero
+        [_ZMTP_SIG + b"\x03\x01" + _zmtp_rest(b"NULL", server=2)],  # as-server is 0 or 1
+    ],
+)
+def test_zmtp_needs_the_mechanism_and_its_padding(segments: list[bytes]) -> None:
+    assert verdict(Flow(dport=5555).fwd(*segments))[1] != "zeromq"
+
+
+@pytest.mark.parametrize(
+    ("header", "protection"),
+    [
+        (b"AMQP\x00\x00\x09\x01", "plaintext"),  # 0-9-1 (RabbitMQ)
+        (b"AMQP\x00\x01\x00\x00", "plaintext"),  # 1.0
+        (b"AMQP\x03\x01\x00\x00", "plaintext"),  # 1.0, SASL next
+        (b"AMQP\x02\x01\x00\x00", "handshake-only"),  # 1.0, TLS next; no TLS in the sample
+    ],
+)
+def test_amqp_protocol_headers(header: bytes, protection: str) -> None:
+    assert verdict(Flow(dport=5672).fwd(header).back(header))[:2] == (protection, "amqp")
+
+
+def test_amqp_needs_a_known_version() -> None:
+    assert verdict(Flow(dport=5672).fwd(b"AMQP\x00\x00\x08\x07"))[1] != "amqp"
+
+
 # --- ringfence transport, gloo ---------------------------------------------------------------
 
 

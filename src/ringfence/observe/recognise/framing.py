@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ringfence.observe.recognise import framing_datagram as dg
+from ringfence.observe.recognise import framing_messaging as mq
 from ringfence.observe.recognise import framing_network as nw
 from ringfence.observe.recognise import framing_services as sv
 from ringfence.observe.recognise import framing_storage as sg
@@ -30,6 +31,8 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     st.http,
     st.gloo,
     nw.bgp,
+    mq.zmtp,
+    mq.amqp,
     st.ssh_kex,
     dg.dtls,
     dg.wireguard,

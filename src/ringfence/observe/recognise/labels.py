@@ -157,6 +157,16 @@ class Label(IntEnum):
     OSPF_SIMPLE = 127  # OSPFv2 AuType 1: a password in clear
     OSPF_CRYPTO = 128  # OSPFv2 AuType 2: a keyed digest after the packet
     OSPF3 = 129  # OSPFv3: no authentication in its header
+    # ZeroMQ ZMTP 3.x greetings, by their security mechanism; the signature alone
+    ZMTP_NULL = 130
+    ZMTP_PLAIN = 131
+    ZMTP_CURVE = 132
+    ZMTP_GSSAPI = 133
+    ZMTP_SIGNATURE = 134
+    # AMQP protocol headers
+    AMQP = 135  # 0-8, 0-9, 0-9-1, or 1.0 with protocol id 0: frames in clear
+    AMQP_SASL = 136  # 1.0, SASL next
+    AMQP_TLS = 137  # 1.0, TLS next
 
 
 #: Number of label codes (array dimension for per-flow counts).

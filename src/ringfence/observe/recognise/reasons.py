@@ -125,6 +125,8 @@ class Family(IntEnum):
     BGP = 42
     TACACS = 43
     OSPF = 44
+    ZMTP = 45
+    AMQP = 46
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).
