@@ -226,6 +226,16 @@ def test_slurm_rpc_with_munge_is_integrity_only() -> None:
     assert "not encrypted" in reason
 
 
+def test_radius_off_its_ports_needs_every_attribute_inside_the_head() -> None:
+    attrs = b"\x01\x07admin" + b"\x04\x06\x0a\x00\x00\x01"
+    short = struct.pack(">BBH", 1, 5, 20 + len(attrs)) + rand(16) + attrs  # 33 bytes: walked to its end
+    long_attrs = attrs + b"\x1a\xff" + bytes(253)  # a vendor attribute running past the 64-byte head
+    long = struct.pack(">BBH", 1, 5, 20 + len(long_attrs)) + rand(16) + long_attrs
+    assert verdict(Flow(proto=17, sport=40000, dport=18120).fwd(short))[1] == "radius"
+    assert verdict(Flow(proto=17, sport=40000, dport=18120).fwd(long))[1] != "radius"
+    assert verdict(Flow(proto=17, sport=40000, dport=1812).fwd(long))[1] == "radius"
+
+
 def test_radius_attributes_are_plaintext() -> None:
     attrs = b"\x01\x07admin" + b"\x02\x12" + rand(16) + b"\x04\x06\x0a\x00\x00\x01"
     request = struct.pack(">BBH", 1, 5, 20 + len(attrs)) + rand(16) + attrs
