@@ -81,6 +81,12 @@ class Labeller:
             self.body_stop[rows] = stop[keep]
 
 
+def select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
+    """The candidate rows no recogniser has claimed yet: (their indices, heads, payload lengths, bytes in head)."""
+    idx = np.flatnonzero(cand & out.free)
+    return idx, p.head[idx], p.length[idx], p.valid[idx]
+
+
 def be16(s: U8, i: int) -> I64:
     """Big-endian 16-bit field at byte ``i`` of every row."""
     return (s[:, i].astype(np.int64) << 8) | s[:, i + 1]
@@ -151,4 +157,5 @@ __all__ = [
     "le",
     "prefix",
     "printable",
+    "select",
 ]

@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, at, be16, be32, is_digit
+from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, at, be16, be32, is_digit, select
 from ringfence.observe.recognise.labels import Label
 
 _UDP: Final = 17
@@ -66,17 +66,12 @@ def _roce_tables() -> tuple[Bool, Bool, I64]:
 _ROCE_VALID, _ROCE_PAYLOAD, _ROCE_EXT = _roce_tables()
 
 
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
-
-
 def macsec(p: Packets, out: Labeller) -> None:
     """802.1AE SecTAG: TCI/AN (V bit 0), short length (top 2 bits 0), packet number (non-zero).
 
     E (0x08) set means the user data is encrypted; clear means integrity only, readable.
     """
-    idx, s, _, v = _select(p, out, p.ethertype == ETHERTYPE_MACSEC)
+    idx, s, _, v = select(p, out, p.ethertype == ETHERTYPE_MACSEC)
     if idx.size == 0:
         return
     tci = s[:, 0]
@@ -104,21 +99,21 @@ def _esp_rows(out: Labeller, idx: I64, s: U8, length: I64, v: I64) -> None:
 
 def esp(p: Packets, out: Labeller) -> None:
     """ESP (IP protocol 50): the head starts at the SPI."""
-    idx, s, length, v = _select(p, out, (p.proto == _ESP) & (p.length >= 8))
+    idx, s, length, v = select(p, out, (p.proto == _ESP) & (p.length >= 8))
     if idx.size:
         _esp_rows(out, idx, s, length, v)
 
 
 def esp_in_udp(p: Packets, out: Labeller) -> None:
     """ESP in UDP (RFC 3948): on port 4500 a datagram not starting with the zero non-ESP marker."""
-    idx, s, length, v = _select(p, out, (p.proto == _UDP) & p.port(NAT_T_PORT) & (p.length >= 16))
+    idx, s, length, v = select(p, out, (p.proto == _UDP) & p.port(NAT_T_PORT) & (p.length >= 16))
     if idx.size:
         _esp_rows(out, idx, s, length, v)
 
 
 def nat_keepalive(p: Packets, out: Labeller) -> None:
     """NAT-T keepalive: a single 0xFF byte (RFC 3948 §2.3)."""
-    idx, _, _, _ = _select(p, out, (p.proto == _UDP) & (p.length == 1) & (p.cols[0] == 0xFF))
+    idx, _, _, _ = select(p, out, (p.proto == _UDP) & (p.length == 1) & (p.cols[0] == 0xFF))
     out.assign(idx, np.full(idx.size, Label.NAT_KEEPALIVE, dtype=np.int64))
 
 
@@ -129,7 +124,7 @@ def ike(p: Packets, out: Labeller) -> None:
     bare = udp & np.isin(c[17], [0x10, 0x20])
     marked = udp & (c[0] == 0) & (c[1] == 0) & (c[2] == 0) & (c[3] == 0) & (p.length >= 32)
     for offset, cand in ((0, bare), (4, marked)):
-        idx, s, length, _ = _select(p, out, cand)
+        idx, s, length, _ = select(p, out, cand)
         if idx.size == 0:
             continue
         version = s[:, offset + 17]
@@ -155,7 +150,7 @@ def wireguard(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _UDP) & ((c[0] - 1) <= 3) & (c[1] == 0) & (c[2] == 0) & (c[3] == 0)
-    idx, s, length, _ = _select(p, out, cand)
+    idx, s, length, _ = select(p, out, cand)
     kind = s[:, 0]
     counter_ok = (s[:, 13] == 0) & (s[:, 14] == 0) & (s[:, 15] == 0)
     codes = np.select(
@@ -174,7 +169,7 @@ def wireguard(p: Packets, out: Labeller) -> None:
 def quic(p: Packets, out: Labeller) -> None:
     """QUIC long header (RFC 9000 §17.2, v2 RFC 9369, drafts) and gQUIC (Q0xx/T0xx versions)."""
     c = p.cols
-    idx, s, length, _ = _select(p, out, (p.proto == _UDP) & ((c[0] & 0x80) != 0) & (p.length >= 7))
+    idx, s, length, _ = select(p, out, (p.proto == _UDP) & ((c[0] & 0x80) != 0) & (p.length >= 7))
     if idx.size:
         version = be32(s, 1)
         fixed = (s[:, 0] & 0x40) != 0
@@ -197,7 +192,7 @@ def quic(p: Packets, out: Labeller) -> None:
         )
         out.assign(idx, codes.astype(np.int64))
     # gQUIC up to Q043: public flags with the version bit (0x01) and an 8-byte connection id (0x08).
-    idx, s, _, _ = _select(p, out, (p.proto == _UDP) & ((c[0] & 0x89) == 0x09) & (p.length >= 13))
+    idx, s, _, _ = select(p, out, (p.proto == _UDP) & ((c[0] & 0x89) == 0x09) & (p.length >= 13))
     if idx.size:
         ok = (s[:, 9] == 0x51) & (s[:, 10] == 0x30) & is_digit(s[:, 11]) & is_digit(s[:, 12])
         out.assign(idx, np.where(ok, Label.GQUIC_HS, 0).astype(np.int64))
@@ -207,7 +202,7 @@ def dtls(p: Packets, out: Labeller) -> None:
     """DTLS 1.0/1.2 record header: content type, version 0xFEFF/0xFEFD, epoch, sequence, length."""
     c = p.cols
     cand = (p.proto == _UDP) & ((c[0] - 20) <= 5) & (c[1] == 0xFE) & np.isin(c[2], [0xFF, 0xFD, 0xFC])
-    idx, s, length, _ = _select(p, out, cand & (p.length >= 13))
+    idx, s, length, _ = select(p, out, cand & (p.length >= 13))
     ok = be16(s, 11) + 13 <= length
     ct = s[:, 0]
     codes = np.select([ok & (ct == 22), ok & (ct == 23), ok], [Label.DTLS_HS, Label.DTLS_APP, Label.DTLS_OTHER], 0)
@@ -218,7 +213,7 @@ def roce(p: Packets, out: Labeller) -> None:
     """RoCEv2 base transport header on UDP 4791: valid opcode, TVer 0, reserved bits zero."""
     c = p.cols
     cand = (p.proto == _UDP) & p.port(ROCE_PORT) & (p.length >= 12) & ((c[1] & 0x0F) == 0) & (c[4] == 0)
-    idx, s, length, v = _select(p, out, cand & ((c[8] & 0x7F) == 0))
+    idx, s, length, v = select(p, out, cand & ((c[8] & 0x7F) == 0))
     opcode = s[:, 0]
     start = 12 + _ROCE_EXT[opcode]
     stop = np.minimum(v, length - 4)  # the 4-byte invariant CRC ends every packet
@@ -240,7 +235,7 @@ def ntp(p: Packets, out: Labeller) -> None:
     cand = udp_v & (p.length >= 48) & (p.length % 4 == 0)
     cand &= ((mode - 1) <= 4) & (c[1] <= 16) & ((c[2] <= 17) | (c[2] >= 0xF6))
     cand &= (c[4] == 0) & (c[8] == 0)
-    idx, _, length, _ = _select(p, out, cand)
+    idx, _, length, _ = select(p, out, cand)
     # 4 (key id only: crypto-NAK), 20 (key id + MD5) or 24 (key id + SHA-1) bytes of MAC after the header
     mac = np.isin(length - 48, [4, 20, 24])
     out.assign(idx, np.where(mac, Label.NTP_MAC, Label.NTP).astype(np.int64))
@@ -256,7 +251,7 @@ def _ntp_control(p: Packets, out: Labeller, cand: Bool) -> None:
     c = p.cols
     response, opcode = (c[1] & 0x80) != 0, c[1] & 0x1F
     cand = cand & (opcode != 0) & (response | ((c[1] & 0x60) == 0))  # E and M are a response's bits
-    idx, s, length, _ = _select(p, out, cand)
+    idx, s, length, _ = select(p, out, cand)
     count = be16(s, 10)
     rest = length - 12 - count
     ok = (count <= NTP_CONTROL_DATA) & (((rest >= 0) & (rest <= 7)) | ((rest >= 20) & (rest <= 31)))
@@ -268,7 +263,7 @@ def _ntp_private(p: Packets, out: Labeller, cand: Bool) -> None:
     # request code | err:4 nitems:12 | mbz:4 itemsize:12, then nitems items of itemsize bytes.
     c = p.cols
     cand = cand & np.isin(c[2], [0, 2, 3]) & ((c[6] & 0xF0) == 0) & (((c[0] & 0x80) != 0) | ((c[0] & 0x40) == 0))
-    idx, s, length, _ = _select(p, out, cand)
+    idx, s, length, _ = select(p, out, cand)
     nitems, itemsize = be16(s, 4) & 0xFFF, be16(s, 6) & 0xFFF
     ok = (itemsize <= NTP_PRIVATE_DATA) & (nitems * itemsize + 8 <= length)
     out.assign(idx[ok], np.full(int(ok.sum()), Label.NTP_PRIVATE, np.int64))

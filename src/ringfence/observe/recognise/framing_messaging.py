@@ -11,7 +11,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets
+from ringfence.observe.recognise._bytes import I64, U8, Labeller, Packets, select
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -24,11 +24,6 @@ _ZMTP_MECHANISMS: Final = (
 )
 _ZMTP_GREETING: Final = 64
 _AMQP: Final = b"AMQP"
-
-
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
 
 
 def _mechanism_rest(s: U8, v: I64, at: int) -> I64:
@@ -52,7 +47,7 @@ def zmtp(p: Packets, out: Labeller) -> None:
     alone (10 or 11 bytes) is labelled too, but only a mechanism makes the flow ZMTP."""
     c = p.cols
     tcp = p.proto == _TCP
-    idx, s, length, v = _select(p, out, tcp & ((c[0] == 0xFF) | (c[0] <= 3)) & (p.length >= 10))
+    idx, s, length, v = select(p, out, tcp & ((c[0] == 0xFF) | (c[0] <= 3)) & (p.length >= 10))
     if idx.size == 0:
         return
     signature = (s[:, 0] == 0xFF) & (s[:, 9] == 0x7F)
@@ -72,7 +67,7 @@ def amqp(p: Packets, out: Labeller) -> None:
     and 1 0 0 (1.0: id 0 AMQP, 2 TLS next, 3 SASL next)."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0x41) & (c[1] == 0x4D) & (c[2] == 0x51) & (c[3] == 0x50)
-    idx, s, _, v = _select(p, out, cand & (p.length >= 8))
+    idx, s, _, v = select(p, out, cand & (p.length >= 8))
     if idx.size == 0:
         return
     version = s[:, 4:8]

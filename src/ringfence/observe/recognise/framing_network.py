@@ -11,7 +11,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, be16
+from ringfence.observe.recognise._bytes import Labeller, Packets, be16, select
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -32,11 +32,6 @@ _BGP_HEADER: Final = 19
 _BGP_MAX: Final = 65535
 
 
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
-
-
 def hsrp(p: Packets, out: Labeller) -> None:
     """HSRP on UDP 1985. Version 0 (RFC 2281 §5, HSRPv1): op code hello/coup/resign, a defined state,
     reserved zero, 8 bytes of authentication data in clear and the virtual address: exactly 20 bytes.
@@ -44,7 +39,7 @@ def hsrp(p: Packets, out: Labeller) -> None:
     MD5 (type 4) authentication TLV."""
     c = p.cols
     udp = (p.proto == _UDP) & p.port(HSRP_PORT)
-    idx, s, length, v = _select(p, out, udp & (((c[0] == 0) & (p.length == 20)) | ((c[0] == 1) & (c[1] == 40))))
+    idx, s, length, v = select(p, out, udp & (((c[0] == 0) & (p.length == 20)) | ((c[0] == 1) & (c[1] == 40))))
     if idx.size == 0:
         return
     v1 = (s[:, 0] == 0) & (s[:, 1] <= 2) & _HSRP_STATES[s[:, 2]] & (s[:, 7] == 0) & (s[:, 4] >= s[:, 3])
@@ -69,7 +64,7 @@ def vrrp(p: Packets, out: Labeller) -> None:
     16 bytes per address."""
     c = p.cols
     cand = (p.proto == _VRRP_PROTO) & np.isin(c[0], [0x21, 0x31]) & (c[1] >= 1) & (c[3] >= 1)
-    idx, s, length, _ = _select(p, out, cand & (p.length >= 12))
+    idx, s, length, _ = select(p, out, cand & (p.length >= 12))
     if idx.size == 0:
         return
     count = s[:, 3].astype(np.int64)
@@ -87,7 +82,7 @@ def ospf(p: Packets, out: Labeller) -> None:
     trailer after the packet (RFC 7166)."""
     c = p.cols
     cand = (p.proto == _OSPF_PROTO) & np.isin(c[0], [2, 3]) & ((c[1] - 1) <= 4)
-    idx, s, length, v = _select(p, out, cand & (p.length >= _OSPF3_HEADER))
+    idx, s, length, v = select(p, out, cand & (p.length >= _OSPF3_HEADER))
     if idx.size == 0:
         return
     size = be16(s, 2)
@@ -109,7 +104,7 @@ def bgp(p: Packets, out: Labeller) -> None:
     a KEEPALIVE, 29 or more for an OPEN) and a message type 1-5."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0xFF) & (c[15] == 0xFF) & (p.length >= _BGP_HEADER)
-    idx, s, _, v = _select(p, out, cand)
+    idx, s, _, v = select(p, out, cand)
     if idx.size == 0:
         return
     length, kind = be16(s, 16), s[:, 18]

@@ -25,6 +25,7 @@ from ringfence.observe.recognise._bytes import (
     be32,
     le,
     printable,
+    select,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -53,11 +54,6 @@ _LDAP_OPS: Final = np.array(
     [0x42, 0x4A, 0x50, 0x60, 0x61, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x73]
     + [0x77, 0x78, 0x79]
 )
-
-
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
 
 
 def tlv(s: U8, pos: I64, v: I64) -> tuple[I64, I64, I64, Bool]:
@@ -104,7 +100,7 @@ def snmp(p: Packets, out: Labeller) -> None:
     then the USM security parameters; an empty authoritative engine id is discovery (RFC 3414 §4).
     """
     c = p.cols
-    idx, s, length, v = _select(p, out, (p.proto == _UDP) & (c[0] == 0x30) & (p.length >= 16))
+    idx, s, length, v = select(p, out, (p.proto == _UDP) & (c[0] == 0x30) & (p.length >= 16))
     if idx.size == 0:
         return
     zero = np.zeros(idx.size, dtype=np.int64)
@@ -151,7 +147,7 @@ def rmcp(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _UDP) & (c[0] == 0x06) & (c[1] == 0x00) & np.isin(c[3] & 0x9F, [0x06, 0x07])
-    idx, s, length, _ = _select(p, out, cand & (p.length >= 8))
+    idx, s, length, _ = select(p, out, cand & (p.length >= 8))
     if idx.size == 0:
         return
     cls = s[:, 3] & 0x1F
@@ -203,7 +199,7 @@ def kerberos(p: Packets, out: Labeller) -> None:
     udp = (p.proto == _UDP) & _KRB_TAG[c[0]]
     tcp = (p.proto == _TCP) & (c[0] < 0x80) & _KRB_TAG[c[4]]
     for base, rows in ((0, udp), (4, tcp)):
-        idx, s, length, v = _select(p, out, rows & (p.length >= base + 16))
+        idx, s, length, v = select(p, out, rows & (p.length >= base + 16))
         if idx.size == 0:
             continue
         pos = np.full(idx.size, base, dtype=np.int64)
@@ -232,7 +228,7 @@ def ldap(p: Packets, out: Labeller) -> None:
     ExtendedRequest naming 1.3.6.1.4.1.1466.20037 is StartTLS (RFC 4511 §4.14).
     """
     c = p.cols
-    idx, s, length, v = _select(p, out, (p.proto == _TCP) & (c[0] == 0x30) & (p.length >= 7))
+    idx, s, length, v = select(p, out, (p.proto == _TCP) & (c[0] == 0x30) & (p.length >= 7))
     if idx.size == 0:
         return
     zero = np.zeros(idx.size, dtype=np.int64)
@@ -277,7 +273,7 @@ def dhcp(p: Packets, out: Labeller) -> None:
     c = p.cols
     cand = (p.proto == _UDP) & ((c[0] - 1) <= 1) & np.isin(c[1], [1, 6, 32]) & ((c[2] == 6) | (c[2] == 0))
     cand &= (c[3] <= 16) & ((c[10] & 0x7F) == 0) & (c[11] == 0) & (p.length >= 240)
-    idx, s, _, _ = _select(p, out, cand)
+    idx, s, _, _ = select(p, out, cand)
     if idx.size:
         hlen = s[:, 2].astype(np.int64)
         col = np.arange(16)
@@ -286,7 +282,7 @@ def dhcp(p: Packets, out: Labeller) -> None:
         ok = clean & ((hlen == 6) | (s[:, 1] == 32))
         out.assign(idx, np.where(ok, Label.DHCP, 0).astype(np.int64))
     six = (p.proto == _UDP) & (p.port(_DHCP6_PORTS[0]) | p.port(_DHCP6_PORTS[1])) & (c[0] >= 1) & (c[0] <= 13)
-    idx, s, length, _ = _select(p, out, six & (c[4] == 0) & (p.length >= 8))
+    idx, s, length, _ = select(p, out, six & (c[4] == 0) & (p.length >= 8))
     if idx.size:
         code, olen = be16(s, 4), be16(s, 6)
         ok = (code >= 1) & (code <= 200) & (8 + olen <= length)
@@ -297,7 +293,7 @@ def tftp_request(p: Packets, out: Labeller) -> None:
     """TFTP read/write request (RFC 1350 §5): opcode 1/2, a printable file name, NUL, then the mode
     ``octet``, ``netascii`` or ``mail`` (any case) and NUL."""
     c = p.cols
-    idx, s, _, v = _select(p, out, (p.proto == _UDP) & (c[0] == 0) & ((c[1] - 1) <= 1) & (p.length >= 9))
+    idx, s, _, v = select(p, out, (p.proto == _UDP) & (c[0] == 0) & ((c[1] - 1) <= 1) & (p.length >= 9))
     if idx.size == 0:
         return
     rows = np.arange(idx.size)
@@ -319,7 +315,7 @@ def postgres(p: Packets, out: Labeller) -> None:
     """PostgreSQL frontend start (protocol 3, §55.2): SSLRequest / GSSENCRequest (length 8, codes
     80877103 / 80877104) or a StartupMessage (length, version 3.0..3.2, a printable parameter name)."""
     c = p.cols
-    idx, s, length, v = _select(p, out, (p.proto == _TCP) & (c[0] == 0) & (c[1] == 0) & (p.length >= 8))
+    idx, s, length, v = select(p, out, (p.proto == _TCP) & (c[0] == 0) & (c[1] == 0) & (p.length >= 8))
     if idx.size == 0:
         return
     size = be32(s, 0)
@@ -337,7 +333,7 @@ def mysql(p: Packets, out: Labeller) -> None:
     1, 32 bytes, CLIENT_SSL and CLIENT_PROTOCOL_41, 23 zero bytes) or HandshakeResponse41 (the same
     fixed part, then the user name in clear)."""
     c = p.cols
-    idx, s, length, v = _select(p, out, (p.proto == _TCP) & (c[3] <= 1) & (p.length >= 36))
+    idx, s, length, v = select(p, out, (p.proto == _TCP) & (c[3] <= 1) & (p.length >= 36))
     if idx.size == 0:
         return
     size = le(s, 0, 3)
@@ -359,7 +355,7 @@ def mqtt(p: Packets, out: Labeller) -> None:
     """MQTT CONNECT (3.1.1 §3.1 / 5.0 §3.1): fixed header 0x10, remaining length (1..4 byte varint),
     protocol name ``MQTT`` (level 4/5) or ``MQIsdp`` (level 3), connect flags with bit 0 clear."""
     c = p.cols
-    idx, s, _, v = _select(p, out, (p.proto == _TCP) & (c[0] == 0x10) & (p.length >= 12))
+    idx, s, _, v = select(p, out, (p.proto == _TCP) & (c[0] == 0x10) & (p.length >= 12))
     if idx.size == 0:
         return
     width = np.ones(idx.size, dtype=np.int64)
@@ -382,7 +378,7 @@ def rdp(p: Packets, out: Labeller) -> None:
     (type 1 request / 2 response, length 8) is the last 8 bytes, naming PROTOCOL_RDP (0: standard RDP
     security) or SSL / HYBRID / RDSTLS / HYBRID_EX (TLS, with or without CredSSP)."""
     c = p.cols
-    idx, s, length, v = _select(p, out, (p.proto == _TCP) & (c[0] == 3) & (c[1] == 0) & (p.length >= 11))
+    idx, s, length, v = select(p, out, (p.proto == _TCP) & (c[0] == 3) & (c[1] == 0) & (p.length >= 11))
     if idx.size == 0:
         return
     total = be16(s, 2)
@@ -405,7 +401,7 @@ def kafka(p: Packets, out: Labeller) -> None:
     correlation id, then client_id as a 16-bit length and printable text."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[4] == 0) & (c[5] <= 80) & (c[6] == 0) & (c[7] <= 20)
-    idx, s, _, v = _select(p, out, cand & (p.length >= 16))
+    idx, s, _, v = select(p, out, cand & (p.length >= 16))
     if idx.size == 0:
         return
     size = be32(s, 0)
@@ -425,7 +421,7 @@ def radius(p: Packets, out: Labeller) -> None:
     the shorter test is ~20 bits of evidence, and one of 160,000 random datagrams passed it."""
     c = p.cols
     cand = (p.proto == _UDP) & _RADIUS_CODE[c[0]] & (p.length >= 20) & (p.length <= 4096)
-    idx, s, length, v = _select(p, out, cand)
+    idx, s, length, v = select(p, out, cand)
     if idx.size == 0:
         return
     ok = be16(s, 2) == length
@@ -450,7 +446,7 @@ def slurm(p: Packets, out: Labeller) -> None:
     follows the header and is visible in short headers."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[4] >= 33) & (c[4] <= 50) & (c[5] == 0) & (c[6] == 0)
-    idx, s, _, _ = _select(p, out, cand & (p.length >= 20))
+    idx, s, _, _ = select(p, out, cand & (p.length >= 20))
     if idx.size == 0:
         return
     size = be32(s, 0)
@@ -470,7 +466,7 @@ def tacacs(p: Packets, out: Labeller) -> None:
     clear; without it the body is obfuscated with an MD5 keystream of the shared secret (§4.5)."""
     c = p.cols
     cand = (p.proto == _TCP) & p.port(TACACS_PORT) & ((c[0] & 0xFE) == 0xC0) & ((c[1] - 1) <= 2) & (c[2] >= 1)
-    idx, s, _, _ = _select(p, out, cand & ((c[3] & 0xFA) == 0) & (p.length >= 12))
+    idx, s, _, _ = select(p, out, cand & ((c[3] & 0xFA) == 0) & (p.length >= 12))
     if idx.size == 0:
         return
     ok = be32(s, 8) <= _TACACS_MAX_BODY
@@ -484,7 +480,7 @@ def pptp(p: Packets, out: Labeller) -> None:
     0x1A2B3C4D, a control message type 1-15, reserved zero, and the length that type has."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[2] == 0) & (c[3] == 1) & (c[8] == 0) & (c[10] == 0) & (c[11] == 0)
-    idx, s, length, _ = _select(p, out, cand & (p.length >= 16))
+    idx, s, length, _ = select(p, out, cand & (p.length >= 16))
     if idx.size == 0:
         return
     ok = (be32(s, 4) == _PPTP_COOKIE) & (be16(s, 0) == _PPTP_LENGTHS[s[:, 9]]) & (be16(s, 0) <= length)

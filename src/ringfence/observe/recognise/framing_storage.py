@@ -25,6 +25,7 @@ from ringfence.observe.recognise._bytes import (
     le,
     prefix,
     printable,
+    select,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -42,11 +43,6 @@ _STATUS_PENDING: Final = 0x00000103
 #: First bytes of iSCSI login/text PDUs: opcode 0x03/0x23/0x04/0x24, optionally with the immediate bit 0x40.
 _ISCSI_FIRST: Final = np.isin(np.arange(256), [0x03, 0x23, 0x04, 0x24, 0x43, 0x63, 0x44, 0x64])
 _NVME_HLEN: Final = {4: 72, 5: 24, 6: 24, 7: 24, 9: 24}  # PDU type -> header length (NVMe/TCP 1.0 §3.6)
-
-
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
 
 
 def _be32_at(s: U8, pos: I64) -> I64:
@@ -67,7 +63,7 @@ def onc_rpc(p: Packets, out: Labeller) -> None:
     udp = (p.proto == _UDP) & (p.length >= 24)
     for base, rows in ((4, tcp_mark), (0, udp)):
         mtype_zero = (c[base + 4] == 0) & (c[base + 5] == 0) & (c[base + 6] == 0) & (c[base + 7] <= 1)
-        idx, s, length, v = _select(p, out, rows & mtype_zero)
+        idx, s, length, v = select(p, out, rows & mtype_zero)
         if idx.size == 0:
             continue
         k = idx.size
@@ -131,7 +127,7 @@ def smb(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[5] == 0x53) & (c[6] == 0x4D) & (c[7] == 0x42)
-    idx, s, length, _ = _select(p, out, cand & ((c[4] - 0xFC) <= 3) & (p.length >= 12))
+    idx, s, length, _ = select(p, out, cand & ((c[4] - 0xFC) <= 3) & (p.length >= 12))
     if idx.size == 0:
         return
     nbss = (s[:, 1].astype(np.int64) << 16) | be16(s, 2)
@@ -192,7 +188,7 @@ def iscsi(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _TCP) & _ISCSI_FIRST[c[0]] & (c[4] == 0)
-    idx, s, length, v = _select(p, out, cand & (p.length >= 52))
+    idx, s, length, v = select(p, out, cand & (p.length >= 52))
     if idx.size == 0:
         return
     op = s[:, 0] & 0x3F
@@ -215,7 +211,7 @@ def nvme_tcp(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] <= 9) & (c[7] == 0) & (p.length >= 8)
-    idx, s, length, _ = _select(p, out, cand)
+    idx, s, length, _ = select(p, out, cand)
     if idx.size == 0:
         return
     kind = s[:, 0]
@@ -243,10 +239,10 @@ def ceph(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     banner = (p.proto == _TCP) & (c[0] == 0x63) & (c[1] == 0x65) & (c[2] == 0x70) & (c[3] == 0x68)
-    idx, s, _, _ = _select(p, out, banner & (p.length >= 8))
+    idx, s, _, _ = select(p, out, banner & (p.length >= 8))
     out.assign(idx, np.where(prefix(s, 0, b"ceph v2\n"), Label.CEPH_BANNER, 0).astype(np.int64))
     cand = (p.proto == _TCP) & (c[0] >= 1) & (c[0] <= 30) & (c[1] >= 1) & (c[1] <= 4) & (p.length >= 32)
-    idx, s, _, v = _select(p, out, cand)
+    idx, s, _, v = select(p, out, cand)
     if idx.size == 0:
         return
     count = s[:, 1].astype(np.int64)
@@ -275,7 +271,7 @@ def lnet(p: Packets, out: Labeller) -> None:
     be_acc = (c[0] == 0xAC) & (c[1] == 0xCE) & (c[2] == 0x71) & (c[3] == 0x00)
     le_hello = (c[0] == 0xED) & (c[1] == 0x0D) & (c[2] == 0xBC) & (c[3] == 0xEE)
     be_hello = (c[0] == 0xEE) & (c[1] == 0xBC) & (c[2] == 0x0D) & (c[3] == 0xED)
-    idx, s, _, _ = _select(p, out, (p.proto == _TCP) & (le_acc | be_acc | le_hello | be_hello) & (p.length >= 16))
+    idx, s, _, _ = select(p, out, (p.proto == _TCP) & (le_acc | be_acc | le_hello | be_hello) & (p.length >= 16))
     if idx.size == 0:
         return
     little = s[:, 0] != 0xAC

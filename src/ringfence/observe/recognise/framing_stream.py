@@ -29,6 +29,7 @@ from ringfence.observe.recognise._bytes import (
     le,
     prefix,
     printable,
+    select,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -52,11 +53,6 @@ _SSH_NEWKEYS_SIZE: Final = 16
 _HTTP_METHODS: Final = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"CONNECT", b"TRACE")
 
 
-def _select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
-    idx = np.flatnonzero(cand & out.free)
-    return idx, p.head[idx], p.length[idx], p.valid[idx]
-
-
 def rft(p: Packets, out: Labeller) -> None:
     """Ringfence's own transport (:mod:`ringfence.secure.transport.wire`): a 24-byte ``RFT1`` header.
 
@@ -65,7 +61,7 @@ def rft(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (c[0] == 0x52) & (c[1] == 0x46) & (c[2] == 0x54) & (c[3] == 0x31) & (c[5] == 0) & (c[6] == 0)
-    idx, s, _, v = _select(p, out, cand & (c[7] == 0) & (p.length >= RFT_BODY))
+    idx, s, _, v = select(p, out, cand & (c[7] == 0) & (p.length >= RFT_BODY))
     kind = s[:, 4]
     sane = be32(s, 20) <= _RFT_MAX_BODY
     protected = sane & np.isin(kind, [16, 17, 18])
@@ -78,7 +74,7 @@ def tls(p: Packets, out: Labeller) -> None:
     """TLS record layer: content type 20..24, version 3.0..3.4, length within the RFC limit."""
     c = p.cols
     cand = (p.proto == _TCP) & ((c[0] - 20) <= 4) & (c[1] == 3) & (c[2] <= 4)
-    idx, s, _, v = _select(p, out, cand)
+    idx, s, _, v = select(p, out, cand)
     if idx.size == 0:
         return
     ct = s[:, 0]
@@ -160,7 +156,7 @@ def ssh(p: Packets, out: Labeller) -> None:
     """SSH identification string ``SSH-<proto>-``; the binary packets come in :func:`ssh_kex`."""
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0x53) & (c[1] == 0x53) & (c[2] == 0x48) & (c[3] == 0x2D)
-    idx, s, _, _ = _select(p, out, cand)
+    idx, s, _, _ = select(p, out, cand)
     ok = is_digit(s[:, 4]) & (s[:, 5] == 0x2E)
     out.assign(idx, np.where(ok, Label.SSH_BANNER, 0).astype(np.int64))
 
@@ -202,7 +198,7 @@ def ssh_kex(p: Packets, out: Labeller) -> None:
     """
     c = p.cols
     cand = (p.proto == _TCP) & (c[0] == 0) & (c[1] == 0) & (c[2] <= 0x88)
-    idx, s, length, v = _select(p, out, cand)
+    idx, s, length, v = select(p, out, cand)
     if idx.size == 0:
         return
     k = idx.size
@@ -241,7 +237,7 @@ def http(p: Packets, out: Labeller) -> None:
     c = p.cols
     key = (c[0].astype(np.int64) << 24) | (c[1].astype(np.int64) << 16) | (c[2].astype(np.int64) << 8) | c[3]
     firsts = [int.from_bytes((m + b" ")[:4], "big") for m in (*_HTTP_METHODS, b"HTTP", b"PRI ")]
-    idx, s, _, v = _select(p, out, (p.proto == _TCP) & np.isin(key, firsts))
+    idx, s, _, v = select(p, out, (p.proto == _TCP) & np.isin(key, firsts))
     if idx.size == 0:
         return
     request = np.zeros(idx.size, dtype=np.bool_)
@@ -267,7 +263,7 @@ def gloo(p: Packets, out: Labeller) -> None:
     cand = (p.proto == _TCP) & (p.length >= GLOO_PREAMBLE) & (c[8] <= 3) & (c[6] == 0) & (c[7] == 0)
     for col in range(9, 16):
         cand &= c[col] == 0
-    idx, s, _, v = _select(p, out, cand)
+    idx, s, _, v = select(p, out, cand)
     if idx.size == 0:
         return
     nbytes = le(s, 0, 6)
@@ -283,7 +279,7 @@ def gloo(p: Packets, out: Labeller) -> None:
 def syslog(p: Packets, out: Labeller) -> None:
     """A syslog message: ``<PRI>`` with PRI 0..191, then mostly printable text (RFC 3164/5424)."""
     c = p.cols
-    idx, s, _, v = _select(p, out, (c[0] == 0x3C) & is_digit(c[1]) & ((p.proto == _UDP) | (p.proto == _TCP)))
+    idx, s, _, v = select(p, out, (c[0] == 0x3C) & is_digit(c[1]) & ((p.proto == _UDP) | (p.proto == _TCP)))
     if idx.size == 0:
         return
     close = np.select([s[:, 2] == 0x3E, s[:, 3] == 0x3E, s[:, 4] == 0x3E], [2, 3, 4], default=-1)
@@ -308,7 +304,7 @@ def dns(p: Packets, out: Labeller) -> None:
         opcode = (hdr[2] >> 3) & 0x0F
         cand = rows & (hdr[4] == 0) & (hdr[5] == 1) & np.isin(opcode, [0, 1, 2, 4, 5]) & ((hdr[3] & 0x40) == 0)
         cand &= p.length >= base + 17
-        idx, s, _, v = _select(p, out, cand)
+        idx, s, _, v = select(p, out, cand)
         if idx.size:
             ok = _dns_question(s, base + 12, v)
             out.assign(idx, np.where(ok, Label.DNS, 0).astype(np.int64))

@@ -6,9 +6,8 @@ from collections.abc import Callable
 from typing import Final
 
 from ringfence.observe.recognise.labels import Label
-from ringfence.observe.recognise.reasons import INTEG, PLAIN, Family, Row, Verdict, plural
-
-_n = plural
+from ringfence.observe.recognise.reasons import INTEG, PLAIN, Family, Row, Verdict
+from ringfence.observe.recognise.reasons import plural as _n
 
 
 def _hsrp(r: Row) -> Verdict:
