@@ -82,7 +82,8 @@ def _first_rows(flow: I64, rows: I64) -> tuple[I64, I64]:
 def _details(
     fr: Framing, flow: I64, head: npt.NDArray[np.uint8], valid: I64, proto: npt.NDArray[np.uint8]
 ) -> dict[int, str]:
-    """Short excerpts for reasons: an HTTP flow's first line, an ESP flow's SPI, an RPC call's program."""
+    """Short excerpts for reasons: an HTTP flow's first line, an ESP flow's SPI, an RPC call's program, the
+    protocol type of GRE that was not decoded."""
     details: dict[int, str] = {}
     http = np.flatnonzero(np.isin(fr.label, HTTP_LABELS))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, http)), strict=True):
@@ -91,6 +92,9 @@ def _details(
     esp = np.flatnonzero(np.isin(fr.label, [Label.ESP, Label.ESP_NULL]))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, esp)), strict=True):
         details[f] = f"SPI 0x{int.from_bytes(bytes(head[row, :4]), 'big'):08x}"
+    opaque = np.flatnonzero(fr.label == Label.GRE_OPAQUE)
+    for f, row in zip(*(a.tolist() for a in _first_rows(flow, opaque)), strict=True):
+        details[f] = f"protocol type 0x{int.from_bytes(bytes(head[row, 2:4]), 'big'):04x}"
     calls = np.flatnonzero(np.isin(fr.label, _RPC_CALLS))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, calls)), strict=True):
         base = 4 if proto[row] == _TCP else 0  # after the record mark

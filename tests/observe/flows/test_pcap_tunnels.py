@@ -1,4 +1,5 @@
-"""GRE, enhanced GRE, ERSPAN and VXLAN-GPE opened to the flows they carry; tunnels cut short keep their flow."""
+"""GRE, enhanced GRE, ERSPAN, Cisco MetaData, L2TP and VXLAN-GPE opened to the flows they carry; tunnels cut
+short keep their flow."""
 
 from __future__ import annotations
 
@@ -30,6 +31,23 @@ def gre(proto: int, payload: bytes, *, csum: bool = False, key: int | None = Non
     if seq is not None:
         head += struct.pack(">I", seq)
     return head + payload
+
+
+def l2tp(payload: bytes, *, control: bool = False, length: bool = True, seq: bool = False, offset: int = -1,
+         tunnel: int = 7, session: int = 9) -> bytes:  # fmt: skip
+    """An L2TPv2 header (RFC 2661 §3.1) with the optional fields asked for, then the payload (UDP 1701)."""
+    flags = (0x80 if control else 0) | (0x40 if length else 0) | (0x08 if seq else 0) | (0x02 if offset >= 0 else 0)
+    size = 2 + 2 * length + 4 + 4 * seq + (2 + offset if offset >= 0 else 0) + len(payload)
+    head = struct.pack(">BB", flags, 2) + (struct.pack(">H", size) if length else b"")
+    head += struct.pack(">HH", tunnel, session) + (struct.pack(">HH", 1, 2) if seq else b"")
+    if offset >= 0:
+        head += struct.pack(">H", offset) + b"\0" * offset
+    return udp(1701, 1701, head + payload)
+
+
+def cmd(ethertype: int, sgt: int) -> bytes:
+    """Cisco MetaData in an Ethernet frame: version 1, length 1, option 1 (the SGT), the tag, the ethertype."""
+    return struct.pack(">BBHHH", 1, 1, 1, sgt, ethertype)
 
 
 def read(tmp_path: Path, outer_packets: list[bytes], etype: int = 0x0800) -> ReadResult:
@@ -79,6 +97,43 @@ def test_enhanced_gre_carries_ppp_and_its_control_traffic_keeps_the_gre_flow(tmp
         ("10.5.0.1", 4000, "10.5.0.2", 53, 17): (1, f"pptp-gre {OUT_A}→{OUT_B} call 9"),
         (OUT_A, None, OUT_B, None, 47): (2, None),
     }
+
+
+def test_l2tp_data_messages_carry_ppp_and_control_messages_and_ppp_negotiation_keep_the_l2tp_flow(
+    tmp_path: Path,
+) -> None:
+    dns = b"\xff\x03\x00\x21" + ipv4("10.5.1.1", "10.5.1.2", 17, udp(4000, 53, b"dns"))
+    v6 = b"\x57" + ipv6("2001:db8::5", "2001:db8::6", 6, SSH)  # protocol field compressed, no address/control
+    sccrq = struct.pack(">HHHH", 0x8008, 0, 0, 1)  # Message Type AVP (mandatory, 8 bytes): SCCRQ
+    lcp = b"\xff\x03\xc0\x21\x01\x01\x00\x04"
+    pkts = [
+        ipv4(OUT_A, OUT_B, 17, l2tp(dns)),
+        ipv4(OUT_A, OUT_B, 17, l2tp(v6, length=False, seq=True, offset=3)),
+        ipv4(OUT_A, OUT_B, 17, l2tp(sccrq, control=True, seq=True, tunnel=0, session=0)),
+        ipv4(OUT_A, OUT_B, 17, l2tp(lcp)),
+        ipv4(OUT_A, OUT_B, 17, l2tp(dns)[:8] + b"\x40\x02\x00\x63" + l2tp(dns)[12:]),  # length ≠ the datagram's
+    ]
+    assert flows(read(tmp_path, pkts)) == {
+        ("10.5.1.1", 4000, "10.5.1.2", 53, 17): (1, f"l2tp {OUT_A}→{OUT_B}"),
+        ("2001:db8::5", 50000, "2001:db8::6", 22, 6): (1, f"l2tp {OUT_A}→{OUT_B}"),
+        (OUT_A, 1701, OUT_B, 1701, 17): (3, None),
+    }
+
+
+def test_cisco_metadata_in_gre_and_in_ethernet_frames_is_stripped_to_the_packet_it_tags(tmp_path: Path) -> None:
+    # In GRE the ethertype comes first (Wireshark's packet-cisco-metadata.c); in a frame it comes last.
+    in_gre = struct.pack(">HBBHH", 0x0800, 1, 1, 1, 17) + ipv4("10.6.1.1", "10.6.1.2", 6, SSH)
+    frames = [(TS0, eth(ipv4(OUT_A, OUT_B, 47, gre(0x8909, in_gre, key=0x28)))),
+              (TS0 + 1, eth(cmd(0x0800, 17) + ipv4("10.6.2.1", "10.6.2.2", 6, SSH), 0x8909)),
+              (TS0 + 2, eth(cmd(0x86DD, 17)[:4] + b"\0" * 4 + ipv6("2001:db8::1", "2001:db8::2", 6, SSH), 0x8909)),
+              (TS0 + 3, eth(b"\x02" + cmd(0x0800, 17)[1:] + ipv4("10.6.3.1", "10.6.3.2", 6, SSH), 0x8909))]  # fmt: skip
+    result = PcapReader().read(write(tmp_path, pcap(frames)))
+    assert flows(result) == {
+        ("10.6.1.1", 50000, "10.6.1.2", 22, 6): (1, f"gre {OUT_A}→{OUT_B} key 0x28"),
+        ("10.6.2.1", 50000, "10.6.2.2", 22, 6): (1, None),
+    }
+    # a zero ethertype after the tag, and version 2: neither is IP, and the bad version is said
+    assert [w for w in result.warnings if "Cisco MetaData" in w and "1 packet" in w]
 
 
 def test_erspan_mirrors_are_the_flows_and_mirrored_non_ip_frames_make_none(tmp_path: Path) -> None:
@@ -154,12 +209,14 @@ def _tunnel_frames() -> list[bytes]:
             ),
         ),
         ipv6("2001:db8::a", "2001:db8::b", 47, gre(0x6558, eth(inner))),
+        ipv4(OUT_A, OUT_B, 47, gre(0x8909, struct.pack(">HBBHH", 0x0800, 1, 1, 1, 5) + inner, key=1)),
+        ipv4(OUT_A, OUT_B, 17, l2tp(b"\xff\x03\x00\x21" + inner, seq=True)),
     ]
     return frames  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.integers(0, 6), cut=st.integers(0, 200),
+@given(which=st.integers(0, 8), cut=st.integers(0, 200),
        flips=st.lists(st.tuples(st.integers(14, 200), st.integers(0, 255)), max_size=6))  # fmt: skip
 def test_corrupted_tunnel_frames_never_crash_or_count_twice(which: int, cut: int, flips: list[tuple[int, int]]) -> None:
     frame = bytearray(eth(_tunnel_frames()[which], 0x86DD if which == 6 else 0x0800))
@@ -178,7 +235,7 @@ def test_corrupted_tunnel_frames_never_crash_or_count_twice(which: int, cut: int
     assert all(0 <= f <= p for f, p in zip(fwd, packets, strict=True))
 
 
-@pytest.mark.parametrize("which", range(7))
+@pytest.mark.parametrize("which", range(9))
 def test_every_tunnel_of_the_corruption_base_opens_to_its_inner_flow(tmp_path: Path, which: int) -> None:
     result = read(tmp_path, [_tunnel_frames()[which]], 0x86DD if which == 6 else 0x0800)
     assert [five(r) for r in rows(result.flows)] == [("10.9.9.1", 50000, "10.9.9.2", 22, 6)]

@@ -53,13 +53,14 @@ from ringfence.observe.flows._pcap_layout import any_of as _any_of
 from ringfence.observe.flows._pcap_layout import u16 as _u16
 from ringfence.observe.flows._pcap_layout import u32 as _u32
 from ringfence.observe.flows._pcap_layout import u64 as _u64
-from ringfence.observe.flows._pcap_tunnels import gre, nsh, overlays
+from ringfence.observe.flows._pcap_tunnels import gre, l2tp, nsh, overlays
 from ringfence.observe.flows._pcap_walk import gather
 from ringfence.observe.samples import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_MACSEC
 
 _VLAN_TPIDS: Final = (0x8100, 0x88A8, 0x9100)
 _MPLS_TYPES: Final = (0x8847, 0x8848)
 _PPPOE_SESSION: Final = 0x8864
+_CMD: Final = 0x8909  # Cisco MetaData
 #: PPP protocol numbers (RFC 1661 and the IANA PPP DLL registry) of the network layers we decode, as ethertypes.
 #: Like tcpdump, ethertype values in the protocol field are accepted too (some stacks send them).
 _PPP_PROTOCOLS: Final = {0x0021: ETHERTYPE_IPV4, 0x0057: ETHERTYPE_IPV6, 0x0281: 0x8847, 0x0283: 0x8848,
@@ -89,19 +90,23 @@ class _Link:
 
 
 def _shim(buf: U8, etype: I64, l3: I64, end: I64, vlan: I64, label: I64, bad: I64) -> None:
-    """Strip 802.1Q/802.1ad tags and MPLS label stacks in place (loops over only the tagged packets)."""
+    """Strip 802.1Q/802.1ad tags, Cisco MetaData (TrustSec's security group tag: version 1, length 1, option
+    type 1, the tag, then the ethertype: 8 bytes) and MPLS label stacks in place (loops over only the tagged
+    packets)."""
     for _ in range(4):
-        idx = np.flatnonzero(_any_of(etype, _VLAN_TPIDS))
+        idx = np.flatnonzero(_any_of(etype, _VLAN_TPIDS + (_CMD,)))
         if not idx.shape[0]:
             break
-        ok = l3[idx] + 4 <= end[idx]
+        cmd = etype[idx] == _CMD
+        size = np.where(cmd, 8, 4)
+        w = gather(buf, l3[idx], 8)
+        ok = (l3[idx] + size <= end[idx]) & (~cmd | ((w[:, 0] == 1) & (w[:, 1] == 1) & ((_u16(w, 2) & 0x1FFF) == 1)))
         bad[idx[~ok]] = 6
         etype[idx[~ok]] = 0
-        idx = idx[ok]
-        w = gather(buf, l3[idx], 4)
-        vlan[idx] = _u16(w, 0) & 0xFFF
-        etype[idx] = _u16(w, 2)
-        l3[idx] += 4
+        idx, cmd, size, w = idx[ok], cmd[ok], size[ok], w[ok]
+        vlan[idx] = np.where(cmd, vlan[idx], _u16(w, 0) & 0xFFF)
+        etype[idx] = np.where(cmd, _u16(w, 6), _u16(w, 2))
+        l3[idx] += size
     idx = np.flatnonzero(etype == _PPPOE_SESSION)
     if idx.shape[0]:  # RFC 2516 session stage: 6-byte PPPoE header (version/type 0x11, code 0), PPP protocol
         w = gather(buf, l3[idx], 8)
@@ -264,7 +269,7 @@ def _link(buf: U8, w0: U8, pos: I64, end: I64, lt: I64) -> _Link:
         l3[sel] = p + hdr
     vlan = np.full(n, -1, np.int64)
     label = np.full(n, -1, np.int64)
-    if _any_of(etype, _VLAN_TPIDS + _MPLS_TYPES + (_PPPOE_SESSION,)).any():
+    if _any_of(etype, _VLAN_TPIDS + _MPLS_TYPES + (_PPPOE_SESSION, _CMD)).any():
         _shim(buf, etype, l3, end, vlan, label, bad)
     return _Link(etype=etype, l3=l3, vlan=vlan, label=label, bad=bad)
 
@@ -377,6 +382,7 @@ def decode_at(buf: U8, pos: I64, end: I64, wire_end: I64, lt: I64, depth: int) -
     if depth < MAX_DEPTH:
         overlays(buf, end, out, depth, decode_at)
         gre(buf, end, out, depth, decode_at)
+        l2tp(buf, end, out, depth, decode_at)
         at_nsh = etype == ETHERTYPE_NSH
         if at_nsh.any():
             nsh(buf, np.flatnonzero(at_nsh), l3, end, wire_end, out, depth, decode_at)

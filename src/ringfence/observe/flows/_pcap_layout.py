@@ -51,9 +51,10 @@ OUTER_GRE: Final = 6
 OUTER_PPTP: Final = 7  # enhanced GRE (version 1), RFC 2637
 OUTER_ERSPAN: Final = 8
 OUTER_VXLAN_GPE: Final = 9
+OUTER_L2TP: Final = 10  # L2TPv2 over UDP, RFC 2661
 OUTER_NAMES: Final = {OUTER_VXLAN: "vxlan", OUTER_GENEVE: "geneve", OUTER_MPLS_UDP: "mpls-over-udp",
                       OUTER_MPLS: "mpls", OUTER_NSH: "nsh", OUTER_GRE: "gre", OUTER_PPTP: "pptp-gre",
-                      OUTER_ERSPAN: "erspan", OUTER_VXLAN_GPE: "vxlan-gpe"}  # fmt: skip
+                      OUTER_ERSPAN: "erspan", OUTER_VXLAN_GPE: "vxlan-gpe", OUTER_L2TP: "l2tp"}  # fmt: skip
 #: What the ``ovni`` number of each outer kind is, as printed after the outer addresses.
 OUTER_ID_WORDS: Final = {OUTER_VXLAN: "vni", OUTER_GENEVE: "vni", OUTER_VXLAN_GPE: "vni", OUTER_GRE: "key",
                          OUTER_PPTP: "call", OUTER_ERSPAN: "session"}  # fmt: skip
@@ -71,7 +72,7 @@ BAD_REASONS: Final = {
     3: "IPv4 total length smaller than its header",
     4: "IPv6 header truncated or invalid version",
     5: "unsupported link type",
-    6: "VLAN or MPLS header truncated",
+    6: "VLAN, Cisco MetaData or MPLS header truncated or invalid",
     7: "byte-stuffed PPP frame (HDLC escapes) not decoded",
     8: "PPPoE or NSH header truncated or invalid",
     9: "more IPv6 extension headers than the decoder follows (8)",
@@ -235,6 +236,7 @@ __all__ = [
     "KIND_HELD",
     "KIND_SKIP",
     "OUTER_ID_WORDS",
+    "OUTER_L2TP",
     "OUTER_NAMES",
     "OUTER_NONE",
     "Cols",

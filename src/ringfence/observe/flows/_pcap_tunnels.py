@@ -3,7 +3,9 @@
 Decoded here: VXLAN (RFC 7348), VXLAN-GPE (UDP 4790; next protocol IPv4, IPv6, Ethernet, NSH or MPLS), Geneve
 (RFC 8926), MPLS over UDP (RFC 7510), NSH (RFC 8300), GRE (RFC 2784 with the RFC 2890 key and sequence fields;
 protocol types IPv4, IPv6, MPLS, transparent Ethernet bridging, NSH, PPP and WCCP redirection), enhanced GRE
-(version 1, RFC 2637: PPTP's PPP), and ERSPAN types I, II and III carried in GRE, whose mirrored frame is the flow.
+(version 1, RFC 2637: PPTP's PPP), ERSPAN types I, II and III carried in GRE, whose mirrored frame is the flow,
+Cisco MetaData in GRE (protocol type 0x8909: the inner ethertype, then version, length, option and the security
+group tag), and L2TPv2 data messages (RFC 2661 §3.1, UDP 1701 at either end), whose PPP frame is the flow.
 
 What becomes of the outer packet, per row:
 - the payload decodes to an IP (or MACsec) flow: that flow, with the tunnel's addresses and id as its outer;
@@ -11,8 +13,9 @@ What becomes of the outer packet, per row:
 - the payload is a frame that is not IP (ARP inside VXLAN, STP in an ERSPAN mirror): no flow, as that frame
   would make none seen on its own link; except inside plain GRE, whose control traffic (GRE keepalives, PPTP's
   LCP and MPPE-encrypted PPP) is the tunnel's own: there the GRE flow is kept;
-- a GRE protocol type we do not decode (e.g. Cisco metadata 0x8909), RFC 1701 source routing, or a fragmented
-  tunnel packet: the outer flow is kept as it is (tunnels are not reassembled).
+  L2TP's control messages and its PPP negotiation (LCP, authentication) are likewise the tunnel's own;
+- a GRE protocol type we do not decode, RFC 1701 source routing, or a fragmented tunnel packet: the outer flow
+  is kept as it is (tunnels are not reassembled).
 Each decoder loops over nothing per packet: it selects the rows carrying its tunnel, reads their headers in one
 gather, and decodes every payload in one call back into the frame decoder.
 """
@@ -41,6 +44,7 @@ from ringfence.observe.flows._pcap_layout import (
     OUTER_ERSPAN,
     OUTER_GENEVE,
     OUTER_GRE,
+    OUTER_L2TP,
     OUTER_MPLS,
     OUTER_MPLS_UDP,
     OUTER_NONE,
@@ -65,12 +69,14 @@ UDP_VXLAN: Final = 4789
 UDP_VXLAN_GPE: Final = 4790
 UDP_GENEVE: Final = 6081
 UDP_MPLS: Final = 6635
+UDP_L2TP: Final = 1701
 
 _GRE_PROTO: Final = 47
 _ERSPAN_II: Final = 0x88BE  # also type I (no ERSPAN header) when the GRE sequence bit is clear
 _ERSPAN_III: Final = 0x22EB
 _WCCP: Final = 0x883E
 _PPP: Final = 0x880B
+_CMD: Final = 0x8909  # Cisco MetaData (TrustSec's security group tag)
 #: GRE protocol types (ethertypes) whose payload starts a frame of a link type we decode.
 _GRE_TYPES: Final = {ETHERTYPE_IPV4: LT_IPV4, ETHERTYPE_IPV6: LT_IPV6, 0x8847: LT_MPLS, 0x8848: LT_MPLS,
                      0x6558: LT_ETHERNET, ETHERTYPE_NSH: LT_NSH, _PPP: LT_PPP, _WCCP: LT_IPV4}  # fmt: skip
@@ -152,6 +158,36 @@ def overlays(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
            np.zeros(int(take.sum()), np.bool_))  # fmt: skip
 
 
+def l2tp(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
+    """L2TPv2 data messages (RFC 2661 §3.1) on UDP 1701, at either end (the LNS listens there; a LAC may send
+    from any port): the PPP frame they carry is the flow. The header is the flags word (T clear for data; the
+    reserved bits zero; version 2), the length if L is set (it must be the whole datagram's payload), tunnel
+    and session ids, Ns/Nr if S is set, and an offset pad if O is set. Control messages (T set) and PPP
+    frames that are not IP (LCP, CHAP, PAP) stay in the outer flow: they are the tunnel's own. No tunnel id
+    is kept: each end's header carries the id its peer assigned, so the two directions would not meet."""
+    idx = np.flatnonzero((out.dport == UDP_L2TP) | (out.sport == UDP_L2TP))
+    if not idx.shape[0]:
+        return
+    idx = idx[(out.kind[idx] == KIND_FLOW) & (out.proto[idx] == 17) & (out.frag_id[idx] < 0)]
+    p = out.pay_off[idx]
+    w = gather(buf, p, 12)
+    f0, f1 = w[:, 0].astype(np.int64), w[:, 1].astype(np.int64)
+    has_len, has_seq, has_off = (f0 & 0x40) != 0, (f0 & 0x08) != 0, (f0 & 0x02) != 0
+    data = ((f0 & 0xB4) == 0) & (f1 == 2)  # T clear, reserved bits clear; version 2, its reserved bits clear
+    size = out.ip_end[idx] - p
+    length_ok = ~has_len | (u16(w, 2) == size)
+    at = p + 2 + 2 * has_len + 4 + 4 * has_seq
+    pad = u16(gather(buf, at, 2), 0)
+    inner = at + np.where(has_off, 2 + pad, 0)
+    lim = np.minimum(end[idx], out.ip_end[idx])
+    fits = (at + 2 * has_off <= lim) & (inner <= out.ip_end[idx])
+    out.cut[idx[data & length_ok & ~fits]] = True
+    take = data & length_ok & fits
+    n = int(take.sum())
+    _adopt(buf, end, out, depth, dec, idx[take], inner[take], np.full(n, LT_PPP, np.int64),
+           np.full(n, OUTER_L2TP, np.int64), np.full(n, -1, np.int64), np.ones(n, np.bool_))  # fmt: skip
+
+
 def gre(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
     """GRE (version 0 and the enhanced version 1) and the ERSPAN mirrors it carries."""
     idx = np.flatnonzero(out.proto == _GRE_PROTO)
@@ -181,6 +217,12 @@ def gre(buf: U8, end: I64, out: Cols, depth: int, dec: Decoder) -> None:
     wccp = ptype == _WCCP  # WCCPv2 puts a 4-byte redirect header before the IP packet; v1 does not
     first = gather(buf, inner, 1)[:, 0]
     inner += 4 * (wccp & ((first >> 4) != 4))
+    cmd = ptype == _CMD
+    if cmd.any():  # the ethertype, version 1, length 1, option type 1 (the SGT), the SGT: 8 bytes
+        m = gather(buf, inner, 8)
+        ok = (m[:, 2] == 1) & (m[:, 3] == 1) & ((u16(m, 4) & 0x1FFF) == 1)
+        lt = np.where(cmd, np.where(ok, _lookup(u16(m, 0), _GRE_TYPES), LT_NONE), lt)
+        inner = inner + 8 * cmd
     e2 = ptype == _ERSPAN_II
     e3 = ptype == _ERSPAN_III
     if (e2 | e3).any():
@@ -232,4 +274,15 @@ def nsh(buf: U8, idx: I64, l3: I64, end: I64, wire_end: I64, out: Cols, depth: i
     out.put(idx, sub)
 
 
-__all__ = ["UDP_GENEVE", "UDP_MPLS", "UDP_VXLAN", "UDP_VXLAN_GPE", "Decoder", "gre", "nsh", "overlays"]
+__all__ = [
+    "UDP_GENEVE",
+    "UDP_L2TP",
+    "UDP_MPLS",
+    "UDP_VXLAN",
+    "UDP_VXLAN_GPE",
+    "Decoder",
+    "gre",
+    "l2tp",
+    "nsh",
+    "overlays",
+]

@@ -15,6 +15,7 @@ from ringfence.observe.recognise import framing_network as nw
 from ringfence.observe.recognise import framing_services as sv
 from ringfence.observe.recognise import framing_storage as sg
 from ringfence.observe.recognise import framing_stream as st
+from ringfence.observe.recognise import framing_tunnels as tn
 from ringfence.observe.recognise._bytes import HEAD, I64, N_COLS, Labeller, Packets
 from ringfence.observe.recognise.labels import Label
 from ringfence.observe.samples import FlowKeys, PayloadSamples
@@ -25,6 +26,8 @@ Recogniser = Callable[[Packets, Labeller], None]
 _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.macsec,
     dg.esp,
+    tn.gre,
+    tn.l2tp,
     st.rft,
     st.tls,
     st.ssh,

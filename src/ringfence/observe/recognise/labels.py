@@ -167,6 +167,14 @@ class Label(IntEnum):
     AMQP = 135  # 0-8, 0-9, 0-9-1, or 1.0 with protocol id 0: frames in clear
     AMQP_SASL = 136  # 1.0, SASL next
     AMQP_TLS = 137  # 1.0, TLS next
+    # A tunnel's own packets, left in its outer flow once what it carries is decoded
+    GRE_KEEPALIVE = 138  # GRE v0, protocol type 0, nothing after the header: a keepalive's reply
+    GRE_OPAQUE = 139  # GRE v0 of a protocol type not decoded, or cut short
+    PPTP_ACK = 140  # enhanced GRE (PPTP) carrying only an acknowledgement
+    PPP_CONTROL = 141  # PPP negotiation (LCP, CHAP, EAP, CCP, IPCP, …) in PPTP's GRE or an L2TP session
+    PPP_PAP = 142  # PAP: the user's password in clear
+    PPP_MPPE = 143  # a PPP compressed datagram with MPPE's encrypted bit: RC4 keyed from MS-CHAP
+    L2TP_CONTROL = 144  # an L2TPv2 control message (or its zero-length-body acknowledgement)
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -127,6 +127,8 @@ class Family(IntEnum):
     OSPF = 44
     ZMTP = 45
     AMQP = 46
+    GRE = 47
+    L2TP = 48
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

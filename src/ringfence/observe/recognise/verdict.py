@@ -20,11 +20,12 @@ from ringfence.observe.recognise.reasons import PORT_HINTS, Family
 from ringfence.observe.recognise.reasons_messaging import MESSAGING_HANDLERS
 from ringfence.observe.recognise.reasons_network import NETWORK_HANDLERS
 from ringfence.observe.recognise.reasons_services import SERVICE_HANDLERS
+from ringfence.observe.recognise.reasons_tunnels import TUNNEL_HANDLERS
 
 I64 = npt.NDArray[np.int64]
 SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 #: Every family's handler, in one explicit registry.
-HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS}
+HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS}
 _RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL)
 _SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
 _CEPH = (Label.CEPH_BANNER, Label.CEPH_FRAME, Label.CEPH_SECURE, Label.CEPH_CRC)
@@ -33,6 +34,7 @@ _IPMI = tuple(Label(i) for i in range(Label.IPMI15_CLEAR, Label.ASF + 1))
 _LDAP = (Label.LDAP_SIMPLE_BIND, Label.LDAP_SASL_BIND, Label.LDAP_STARTTLS, Label.LDAP_OP)
 _MYSQL = (Label.MYSQL_GREETING, Label.MYSQL_SSLREQ, Label.MYSQL_LOGIN)
 _RDP = (Label.RDP_NEG_TLS, Label.RDP_NEG_STD)
+_PPP = (Label.PPP_CONTROL, Label.PPP_PAP, Label.PPP_MPPE)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def families(f: FlowFacts) -> I64:
         (Family.NO_PAYLOAD, f.sampled == 0),
         (Family.MACSEC, f.ethertype == 0x88E5),
         (Family.ESP, (f.proto == 50) | (f.count(Label.ESP, Label.ESP_NULL) > 0)),
+        (Family.GRE, (f.proto == 47) & (f.count(Label.GRE_KEEPALIVE, Label.GRE_OPAQUE, Label.PPTP_ACK, *_PPP) > 0)),
+        (Family.L2TP, (f.proto == 17) & (f.count(Label.L2TP_CONTROL, *_PPP) > 0)),
         (Family.ICMP, (f.proto == 1) | (f.proto == 58)),
         (Family.RFT, f.count(Label.RFT, Label.RFT_HS) > 0),
         # A bare record header (application_data, alert, other handshake) is 3 bytes of evidence: random data

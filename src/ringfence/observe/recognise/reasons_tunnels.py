@@ -1,0 +1,86 @@
+"""The words of the verdicts for a tunnel's own packets: GRE, PPTP's enhanced GRE and L2TP.
+
+None of these tunnels encrypts. The conversations they carry are flows of their own, judged by what they are;
+what stays in the tunnel's flow is its control traffic, and that is readable (and, for PPP, says how the user
+authenticated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from ringfence.observe.recognise.labels import Label
+from ringfence.observe.recognise.reasons import PLAIN, UNKNOWN, Family, Row, Verdict
+from ringfence.observe.recognise.reasons import plural as _n
+
+_CARRIED: Final = "the conversations it carries are judged as flows of their own"
+_MPPE: Final = (
+    "MPPE (RC4 keyed from the MS-CHAP exchange, whose MS-CHAPv2 response falls to an offline DES search) is not "
+    "counted as encryption"
+)
+
+
+def _ppp(r: Row) -> list[str]:
+    """What the PPP negotiation packets of a flow show, in words (empty if none were sampled)."""
+    pap, control, mppe = r.c(Label.PPP_PAP), r.c(Label.PPP_CONTROL), r.c(Label.PPP_MPPE)
+    said = []
+    if pap:
+        said.append(f"{_n(pap, 'PAP message')}: the user name and password in clear")
+    if control:
+        said.append(f"{_n(control, 'PPP negotiation message')} in clear (LCP, CHAP/EAP, CCP, IPCP: user name, "
+                    "challenge and response, addresses)")  # fmt: skip
+    if mppe:
+        said.append(f"{_n(mppe, 'MPPE-encrypted PPP packet')}")
+    return said
+
+
+def _gre(r: Row) -> Verdict:
+    keepalive, opaque, ack = r.c(Label.GRE_KEEPALIVE), r.c(Label.GRE_OPAQUE), r.c(Label.PPTP_ACK)
+    ppp = _ppp(r)
+    if ppp or ack:
+        said = ppp + ([f"{_n(ack, 'acknowledgement')}"] if ack else [])
+        text = f"PPTP's PPP in enhanced GRE (RFC 2637): {'; '.join(said)}; {_MPPE}"
+        if r.c(Label.PPP_PAP, Label.PPP_CONTROL):
+            return PLAIN, "pptp-gre", text
+        # only MPPE (or acknowledgements): nothing readable, and nothing that counts as protection
+        return UNKNOWN, "pptp-gre", f"{text}; capture from the call's start to see its negotiation"
+    if opaque:
+        what = f" ({r.detail})" if r.detail else ""
+        ka = f", and {_n(keepalive, 'keepalive')}" if keepalive else ""
+        return (
+            UNKNOWN,
+            "gre",
+            (
+                f"GRE: {_n(opaque, 'packet')} of a protocol type ringfence does not decode, or cut short{what}{ka}; "
+                "GRE neither encrypts nor authenticates (its key is an identifier), so what they carry is unproven"
+            ),
+        )
+    return (
+        PLAIN,
+        "gre",
+        (
+            f"GRE: {_n(keepalive, 'keepalive')} in clear; GRE (RFC 2784) neither encrypts nor authenticates (its key "
+            f"is an identifier): {_CARRIED}"
+        ),
+    )
+
+
+def _l2tp(r: Row) -> Verdict:
+    control = r.c(Label.L2TP_CONTROL)
+    said = ([f"{_n(control, 'control message')} in clear (host names, tunnel and session ids; hidden AVPs are "
+             "only MD5-obscured)"] if control else []) + _ppp(r)  # fmt: skip
+    tail = f"; L2TP does not encrypt (L2TP/IPsec would show as ESP): {_CARRIED}"
+    if r.c(Label.L2TP_CONTROL, Label.PPP_PAP, Label.PPP_CONTROL):
+        mppe = f"; {_MPPE}" if r.c(Label.PPP_MPPE) else ""
+        return PLAIN, "l2tp", f"L2TPv2: {'; '.join(said)}{mppe}{tail}"
+    return UNKNOWN, "l2tp", f"L2TPv2: {'; '.join(said)}; {_MPPE}{tail}"
+
+
+#: Handlers of the families worded here; :mod:`.verdict` joins them with the others.
+TUNNEL_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
+    Family.GRE: _gre,
+    Family.L2TP: _l2tp,
+}
+
+__all__ = ["TUNNEL_HANDLERS"]
