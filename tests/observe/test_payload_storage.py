@@ -224,3 +224,65 @@ def test_storage_captures(capture: str, protection: str, protocol: str) -> None:
     table, _, _, _ = pcap.PcapReader()._read(path, None)
     rows = [r for r in table.to_pylist() if r["reason"] != "no payload observed"]
     assert {(r["protection"], r["protocol"]) for r in rows} == {(protection, protocol)}
+
+
+# --- DRBD and BeeGFS ---------------------------------------------------------------------------
+
+
+def drbd80(command: int, body: bytes) -> bytes:
+    return struct.pack(">IHH", 0x83740267, command, len(body)) + body
+
+
+def drbd95(command: int, body: bytes, size: int | None = None) -> bytes:
+    return struct.pack(">HHI", 0x835A, command, len(body) if size is None else size) + body
+
+
+def drbd100(command: int, body: bytes, pad: int = 0) -> bytes:
+    return struct.pack(">IHHII", 0x8620EC20, 0, command, len(body), pad) + body
+
+
+def test_drbd_replication_is_plaintext_and_names_the_blocks_and_the_peer_authentication() -> None:
+    features = drbd80(0xFFFE, struct.pack(">IIII", 86, 0xF, 121, 0) + bytes(16))
+    got = verdict(Flow(sport=40000, dport=7789).fwd(features, drbd100(0x10, RNG.randbytes(32)),
+                                                      drbd100(0x00, bytes(24) + b"A" * 1400)))  # fmt: skip
+    assert got[:2] == ("plaintext", "drbd")
+    assert "3 packets in clear" in got[2] and "1 of them with the replicated disk's blocks" in got[2]
+    assert "authenticated each other at connect" in got[2]
+    got = verdict(Flow(sport=40000, dport=7789).fwd(drbd95(0x13, b"")))  # P_PING in DRBD 8.3.x framing
+    assert got[:2] == ("plaintext", "drbd") and "cram-hmac-alg, where set" in got[2]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        drbd100(0x00, bytes(40), pad=1),  # p_header100's pad must be zero
+        drbd95(0x1234, bytes(8)),  # not a command
+        drbd95(0x00, bytes(8), size=1 << 24),  # larger than any bio
+        b"\x83\x74\x02\x68" + drbd80(0x00, bytes(8))[4:],  # one bit off the magic
+    ],
+)
+def test_drbd_needs_its_exact_header(payload: bytes) -> None:
+    assert verdict(Flow(sport=40000, dport=7789).fwd(payload))[1] != "drbd"
+
+
+def beegfs(msg_type: int, body: bytes, flags: int = 0, prefix: bytes = b"\0\0\0\0SFGB") -> bytes:
+    head = struct.pack("<IHBB", 40 + len(body), 0, 0, flags) + prefix
+    return head + struct.pack("<HHIQQ", msg_type, 0, 0xFFFFFFFF, 0, 0) + body
+
+
+def test_beegfs_is_plaintext_and_names_connection_authentication() -> None:
+    got = verdict(Flow(sport=40000, dport=8005).fwd(beegfs(4007, struct.pack("<Q", 0x1234)), beegfs(2001, bytes(60))))
+    assert got[:2] == ("plaintext", "beegfs") and "1 AuthenticateChannel message" in got[2]
+    assert "encrypts nothing" in got[2]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        beegfs(2001, bytes(20), flags=0x08),  # an undefined header flag
+        beegfs(2001, bytes(20), prefix=b"\0\0\0\0SFGC"),  # not the prefix
+        struct.pack("<I", 12) + beegfs(2001, bytes(20))[4:],  # shorter than its own header
+    ],
+)
+def test_beegfs_needs_its_exact_header(payload: bytes) -> None:
+    assert verdict(Flow(sport=40000, dport=8005).fwd(payload))[1] != "beegfs"

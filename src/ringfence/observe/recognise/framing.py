@@ -61,6 +61,8 @@ _SERVICES: Final[tuple[Recogniser, ...]] = (
     sg.nvme_tcp,
     sg.ceph,
     sg.lnet,
+    sg.beegfs,
+    sg.drbd,
     sv.snmp,
     sv.rmcp,
     sv.kerberos,
@@ -89,6 +91,7 @@ def _first_byte_table() -> npt.NDArray[np.bool_]:
     table[[0x10, 0x23, 0x24, 0x43, 0x44, 0x64, 0x30, 0x63, 0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E]] = True
     table[[0x80, 0xAC, 0xED, 0xEE, 0x28, 0x29, 0x2A, 0x2B, 0x2C, 0x2D]] = True  # … RADIUS CoA/Disconnect
     table[[0xC0, 0xC1]] = True  # TACACS+ versions
+    table[[0x83, 0x86]] = True  # DRBD magics (BeeGFS's little-endian length passes the TCP length gate)
     return table
 
 

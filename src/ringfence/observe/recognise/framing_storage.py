@@ -1,4 +1,5 @@
-"""Recognisers for storage protocols: ONC RPC / NFS, SMB1/2/3, iSCSI, NVMe/TCP, Ceph msgr2, Lustre LNet.
+"""Recognisers for storage and replication protocols: ONC RPC / NFS, SMB1/2/3, iSCSI, NVMe/TCP, Ceph msgr2,
+Lustre LNet, BeeGFS, DRBD.
 
 Each follows its specification's fixed fields (record marks, protocol ids, structure sizes, reserved
 bytes that must be zero) and decides only from what the 64-byte head shows; every length read from
@@ -42,6 +43,25 @@ _SMB2_OPLOCK_BREAK: Final = 18
 _STATUS_PENDING: Final = 0x00000103
 #: First bytes of iSCSI login/text PDUs: opcode 0x03/0x23/0x04/0x24, optionally with the immediate bit 0x40.
 _ISCSI_FIRST: Final = np.isin(np.arange(256), [0x03, 0x23, 0x04, 0x24, 0x43, 0x63, 0x44, 0x64])
+#: DRBD packet headers (drbd_protocol.h): p_header80 (magic, command, 16-bit length), p_header95 (16-bit magic,
+#: command, 32-bit length), p_header100 (magic, volume, command, length, zero pad); big-endian.
+_DRBD_MAGIC: Final = 0x83740267
+_DRBD_MAGIC_BIG: Final = 0x835A
+_DRBD_MAGIC_100: Final = 0x8620EC20
+#: Largest DRBD payload: a 1 MiB bio (DRBD_MAX_BIO_SIZE) with its request header and digest, rounded up.
+_DRBD_MAX: Final = (1 << 20) + 4096
+#: DRBD commands: the numbered ones (P_DATA 0 … DRBD 9's last, below 0x80), and the connection's first packets
+#: P_INITIAL_META, P_INITIAL_DATA and P_CONNECTION_FEATURES.
+_DRBD_FIRST: Final = (0xFFF1, 0xFFF2, 0xFFFE)
+_DRBD_AUTH: Final = (0x10, 0x11)  # P_AUTH_CHALLENGE, P_AUTH_RESPONSE (cram-hmac-alg)
+_DRBD_DATA: Final = (0x00, 0x01, 0x02)  # P_DATA, P_DATA_REPLY, P_RS_DATA_REPLY: the disk's blocks
+#: BeeGFS (7 and later) message header: 40 bytes, little-endian (msgLength, feature flags, compat flags, flags,
+#: the prefix "BGFS" << 32 | data version 0, msgType, target, user, sequence numbers; NetMessage.h).
+_BEEGFS_HEADER: Final = 40
+_BEEGFS_PREFIX: Final = ((0x42474653 << 32) + 0).to_bytes(8, "little")
+_BEEGFS_FLAGS: Final = 0x07  # BUDDYMIRROR_SECOND, IS_SELECTIVE_ACK, HAS_SEQUENCE_NO
+_BEEGFS_MAX: Final = 1 << 24
+_BEEGFS_AUTH: Final = 4007  # AuthenticateChannelMsg: the connAuthFile secret
 _NVME_HLEN: Final = {4: 72, 5: 24, 6: 24, 7: 24, 9: 24}  # PDU type -> header length (NVMe/TCP 1.0 §3.6)
 
 
@@ -283,4 +303,43 @@ def lnet(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.LNET, 0).astype(np.int64))
 
 
-__all__ = ["ceph", "iscsi", "lnet", "nvme_tcp", "onc_rpc", "smb"]
+def drbd(p: Packets, out: Labeller) -> None:
+    """DRBD replication over TCP (drbd_protocol.h): a p_header80 (32-bit magic 0x83740267), p_header95 (16-bit
+    magic 0x835a) or p_header100 (magic 0x8620ec20 and a zero pad) with a defined command and a length no larger
+    than a 1 MiB bio; the command says whether it carries the disk's blocks or the peers' authentication."""
+    c = p.cols
+    cand = (p.proto == _TCP) & (((c[0] == 0x83) & ((c[1] == 0x74) | (c[1] == 0x5A))) | (c[0] == 0x86))
+    idx, s, length, v = select(p, out, cand & (p.length >= 8))
+    if idx.size == 0:
+        return
+    h80 = be32(s, 0) == _DRBD_MAGIC
+    h95 = (be16(s, 0) == _DRBD_MAGIC_BIG) & ~h80
+    h100 = (be32(s, 0) == _DRBD_MAGIC_100) & (length >= 16) & (v >= 16) & (be32(s, 12) == 0)
+    command = np.where(h80, be16(s, 4), np.where(h95, be16(s, 2), be16(s, 6)))
+    size = np.where(h80, be16(s, 6), np.where(h95, be32(s, 4), be32(s, 8)))
+    known = (command < 0x80) | np.isin(command, _DRBD_FIRST)
+    ok = (h80 | h95 | h100) & known & (size <= _DRBD_MAX)
+    codes = np.select(
+        [ok & np.isin(command, _DRBD_AUTH), ok & np.isin(command, _DRBD_DATA), ok],
+        [Label.DRBD_AUTH, Label.DRBD_DATA, Label.DRBD],
+        0,
+    )
+    out.assign(idx, np.asarray(codes, np.int64))
+
+
+def beegfs(p: Packets, out: Labeller) -> None:
+    """BeeGFS 7+ messages over TCP (NetMessage.h): a little-endian msgLength of at least the 40-byte header,
+    the 8-byte prefix "BGFS" << 32 | data version 0 at byte 8, only the three defined header flags."""
+    c = p.cols
+    cand = (p.proto == _TCP) & (c[8] == 0) & (c[12] == _BEEGFS_PREFIX[4]) & (c[15] == _BEEGFS_PREFIX[7])
+    idx, s, length, _ = select(p, out, cand & (p.length >= _BEEGFS_HEADER))
+    if idx.size == 0:
+        return
+    size = le(s, 0, 4)
+    ok = prefix(s, 8, _BEEGFS_PREFIX) & (size >= _BEEGFS_HEADER) & (size <= _BEEGFS_MAX)
+    ok &= (s[:, 7] & (0xFF ^ _BEEGFS_FLAGS)) == 0
+    codes = np.where(ok, np.where(le(s, 16, 2) == _BEEGFS_AUTH, Label.BEEGFS_AUTH, Label.BEEGFS), 0)
+    out.assign(idx, np.asarray(codes, np.int64))
+
+
+__all__ = ["beegfs", "ceph", "drbd", "iscsi", "lnet", "nvme_tcp", "onc_rpc", "smb"]

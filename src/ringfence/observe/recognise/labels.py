@@ -175,6 +175,12 @@ class Label(IntEnum):
     PPP_PAP = 142  # PAP: the user's password in clear
     PPP_MPPE = 143  # a PPP compressed datagram with MPPE's encrypted bit: RC4 keyed from MS-CHAP
     L2TP_CONTROL = 144  # an L2TPv2 control message (or its zero-length-body acknowledgement)
+    # Replication and parallel file systems
+    DRBD = 145  # a DRBD packet header (state, bitmap, barrier, ping …)
+    DRBD_DATA = 146  # P_DATA / P_DATA_REPLY / P_RS_DATA_REPLY: the replicated disk's blocks
+    DRBD_AUTH = 147  # P_AUTH_CHALLENGE / P_AUTH_RESPONSE: cram-hmac peer authentication
+    BEEGFS = 148  # a BeeGFS message header
+    BEEGFS_AUTH = 149  # AuthenticateChannelMsg: the connAuthFile shared secret
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -129,6 +129,8 @@ class Family(IntEnum):
     AMQP = 46
     GRE = 47
     L2TP = 48
+    DRBD = 49
+    BEEGFS = 50
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

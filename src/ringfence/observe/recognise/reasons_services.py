@@ -244,6 +244,37 @@ def _lnet(r: Row) -> Verdict:
     )
 
 
+def _drbd(r: Row) -> Verdict:
+    data, auth = r.c(Label.DRBD_DATA), r.c(Label.DRBD_AUTH)
+    said = [_n(r.c(Label.DRBD, Label.DRBD_DATA, Label.DRBD_AUTH), "packet") + " in clear"]
+    if data:
+        said.append(f"{data} of them with the replicated disk's blocks (P_DATA)")
+    auth_text = (
+        "the peers authenticated each other at connect (cram-hmac-alg), which protects no packet after it"
+        if auth
+        else "cram-hmac-alg, where set, only authenticates the peers at connect"
+    )
+    return (
+        PLAIN,
+        "drbd",
+        f"DRBD block replication: {', '.join(said)}; {auth_text}; DRBD 9.2's TLS would show as TLS records",
+    )
+
+
+def _beegfs(r: Row) -> Verdict:
+    auth = r.c(Label.BEEGFS_AUTH)
+    said = f"; {_n(auth, 'AuthenticateChannel message')} (the connAuthFile secret)" if auth else ""
+    return (
+        PLAIN,
+        "beegfs",
+        (
+            f"BeeGFS: {_n(r.c(Label.BEEGFS, Label.BEEGFS_AUTH), 'message')} in clear (paths, file ids, and the "
+            f"file data after them){said}; connection authentication proves the peer knows the shared secret, "
+            "it encrypts nothing"
+        ),
+    )
+
+
 def _snmp(r: Row) -> Verdict:
     community, noauth = r.c(Label.SNMP_COMMUNITY), r.c(Label.SNMP3_NOAUTH)
     auth, priv, discovery = r.c(Label.SNMP3_AUTH), r.c(Label.SNMP3_PRIV), r.c(Label.SNMP3_DISCOVERY)
@@ -512,6 +543,8 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.NVME_TCP: _nvme,
     Family.CEPH: _ceph,
     Family.LNET: _lnet,
+    Family.DRBD: _drbd,
+    Family.BEEGFS: _beegfs,
     Family.SNMP: _snmp,
     Family.IPMI: _ipmi,
     Family.KERBEROS: _kerberos,

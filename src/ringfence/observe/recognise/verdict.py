@@ -96,6 +96,8 @@ def families(f: FlowFacts) -> I64:
         (Family.NVME_TCP, (f.count(Label.NVME_IC) > 0) | (f.count(Label.NVME_PDU) >= 2)),
         (Family.CEPH, f.count(*_CEPH) > 0),
         (Family.LNET, f.count(Label.LNET) > 0),
+        (Family.BEEGFS, f.count(Label.BEEGFS, Label.BEEGFS_AUTH) > 0),
+        (Family.DRBD, f.count(Label.DRBD, Label.DRBD_DATA, Label.DRBD_AUTH) > 0),
         (Family.SNMP, f.count(*_SNMP) > 0),
         (Family.IPMI, f.count(*_IPMI) > 0),
         (Family.KERBEROS, f.count(Label.KERBEROS) > 0),
