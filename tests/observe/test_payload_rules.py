@@ -729,3 +729,49 @@ def test_tls_null_cipher_is_integrity_only() -> None:
     protection, protocol, reason = verdict(flow)
     assert (protection, protocol) == ("integrity-only", "tls")
     assert "NULL cipher" in reason
+
+
+# --- IGMP and PIM ------------------------------------------------------------------------------
+
+
+def _with_checksum(message: bytes, at: int = 2, covered: int | None = None) -> bytes:
+    """``message`` with the Internet checksum (RFC 1071) of its first ``covered`` bytes written at ``at``."""
+    part = message[: covered or len(message)]
+    part += b"\0" * (len(part) % 2)
+    total = sum(struct.unpack(f">{len(part) // 2}H", part))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return message[:at] + struct.pack(">H", ~total & 0xFFFF) + message[at + 2 :]
+
+
+def _igmp(kind: int, group: str = "239.1.1.1", extra: bytes = b"") -> bytes:
+    return _with_checksum(bytes([kind, 0]) + b"\0\0" + bytes(int(x) for x in group.split(".")) + extra)
+
+
+def _pim_hello() -> bytes:
+    return _with_checksum(b"\x20\x00\0\0" + struct.pack(">HHH", 1, 2, 105) + struct.pack(">HHI", 20, 4, 0x1234))
+
+
+def test_igmp_and_pim_are_plaintext_multicast_control() -> None:
+    report, leave = _igmp(0x16), _igmp(0x17, "224.0.0.2")
+    query3 = _igmp(0x11, "0.0.0.0", b"\x02\x7d\x00\x00")
+    got = verdict(Flow(proto=2, sport=-1, dport=-1).fwd(report, leave, query3))
+    assert got[:2] == ("plaintext", "igmp") and "3 messages" in got[2]
+    register = _with_checksum(b"\x21\x00\0\0" + b"\0\0\0\0" + b"\x45" + bytes(80), covered=8)
+    got = verdict(Flow(proto=103, sport=-1, dport=-1).fwd(_pim_hello(), register))
+    assert got[:2] == ("plaintext", "pim") and "IPsec" in got[2]
+
+
+@pytest.mark.parametrize(
+    ("proto", "payload"),
+    [
+        (2, _igmp(0x16)[:2] + b"\x00\x00" + _igmp(0x16)[4:]),  # a wrong checksum
+        (2, _igmp(0x16, extra=b"\0\0\0\0")),  # a v2 report is exactly 8 bytes
+        (2, _igmp(0x30)),  # not an IGMP type read here
+        (103, _pim_hello()[:2] + b"\x00\x00" + _pim_hello()[4:]),  # a wrong checksum
+        (103, b"\x10" + _pim_hello()[1:]),  # PIMv1 is not this header
+        (103, _with_checksum(b"\x2b\x00\0\0" + bytes(8))),  # no type 11
+    ],
+)
+def test_igmp_and_pim_need_a_valid_checksum_and_type(proto: int, payload: bytes) -> None:
+    assert verdict(Flow(proto=proto, sport=-1, dport=-1).fwd(payload))[1] not in {"igmp", "pim"}

@@ -138,6 +138,8 @@ def test_tcpdump_captures_of_gre_control_traffic() -> None:
     (icmp,) = [r for r in flows if r["proto"] == 1]
     tunnel = "gre 10.172.64.6→10.172.64.7 key 0x28"
     assert (icmp["packets"], icmp["protection"], icmp["outer"]) == (10, "plaintext", tunnel)
+    # and the PIM hellos beside it (their checksums are valid)
+    assert sorted((r["protection"], r["protocol"]) for r in flows if r["proto"] == 103) == [("plaintext", "pim")] * 2
     pptp_flows = PcapReader().read(CAPTURES / "pptp.pcap").flows.to_pylist()
     (lcp,) = [r for r in pptp_flows if r["proto"] == 47]
     assert (lcp["protection"], lcp["protocol"]) == ("plaintext", "pptp-gre")

@@ -46,6 +46,8 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.roce,
     nw.vrrp,
     nw.ospf,
+    nw.igmp,
+    nw.pim,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,

@@ -1,4 +1,5 @@
-"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP) and routing (BGP, OSPF).
+"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP), routing (BGP, OSPF)
+and multicast (IGMP, PIM).
 
 A cluster's gateway address is held by HSRP or VRRP (keepalived in front of a Kubernetes API, for one), and
 its routes are often BGP (Calico between nodes, BGP unnumbered in a leaf-spine fabric): whoever can forge these
@@ -11,13 +12,23 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import Labeller, Packets, be16, select
+from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, select
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
 _UDP: Final = 17
 _VRRP_PROTO: Final = 112
 _OSPF_PROTO: Final = 89
+_IGMP_PROTO: Final = 2
+_PIM_PROTO: Final = 103
+#: IGMP types (RFC 1112, 2236, 3376): membership query, v1/v2 reports, leave (8 bytes each; a v3 query is at
+#: least 12), and the v3 report (8 bytes, then its group records).
+_IGMP_FIXED: Final = (0x12, 0x16, 0x17)
+_IGMP_QUERY: Final = 0x11
+_IGMP_V3_REPORT: Final = 0x22
+#: PIMv2 message types (RFC 7761 §4.9, RFC 3973 State Refresh, RFC 5015 DF election): 0-10.
+_PIM_TYPES: Final = 10
+_PIM_REGISTER: Final = 1
 #: Bytes of the OSPFv2 and OSPFv3 packet headers (RFC 2328 A.3.1, RFC 5340 A.3.1).
 _OSPF2_HEADER: Final = 24
 _OSPF3_HEADER: Final = 16
@@ -99,6 +110,46 @@ def ospf(p: Packets, out: Labeller) -> None:
     out.assign(idx, codes.astype(np.int64))
 
 
+def _checksum_ok(s: U8, size: I64) -> Bool:
+    """The Internet checksum (RFC 1071) over each row's first ``size`` bytes (all in the head) is valid."""
+    inside = np.arange(HEAD)[None, :] < size[:, None]
+    b = np.where(inside, s, 0).astype(np.int64)
+    total = ((b[:, 0::2] << 8) | b[:, 1::2]).sum(axis=1)
+    for _ in range(2):
+        total = (total & 0xFFFF) + (total >> 16)
+    return np.asarray(total == 0xFFFF)
+
+
+def igmp(p: Packets, out: Labeller) -> None:
+    """IGMP (IP protocol 2): a query (8 bytes for v1/v2, 12 or more for v3), a v1/v2 report or leave
+    (exactly 8 bytes) or a v3 report (8 bytes and its group records), whole in the head with a valid checksum
+    over the message (RFC 2236 §2.3, RFC 3376 §4)."""
+    c = p.cols
+    cand = (p.proto == _IGMP_PROTO) & np.isin(c[0], [_IGMP_QUERY, _IGMP_V3_REPORT, *_IGMP_FIXED])
+    idx, s, length, v = select(p, out, cand & (p.length >= 8) & (p.length <= HEAD))
+    if idx.size == 0:
+        return
+    kind = s[:, 0]
+    shape = np.where(np.isin(kind, _IGMP_FIXED), length == 8, np.where(kind == _IGMP_QUERY, (length == 8) |
+                     (length >= 12), length >= 8))  # fmt: skip
+    ok = shape & (v == length) & _checksum_ok(s, length)
+    out.assign(idx, np.where(ok, Label.IGMP, 0).astype(np.int64))
+
+
+def pim(p: Packets, out: Labeller) -> None:
+    """PIMv2 (IP protocol 103, RFC 7761 §4.9.1): version 2, a type 0-10, and a valid checksum — over the whole
+    message, which must then be in the head, except for a Register, whose checksum covers its 8-byte header."""
+    c = p.cols
+    cand = (p.proto == _PIM_PROTO) & ((c[0] >> 4) == 2) & ((c[0] & 0x0F) <= _PIM_TYPES)
+    idx, s, length, v = select(p, out, cand & (p.length >= 4))
+    if idx.size == 0:
+        return
+    register = (s[:, 0] & 0x0F) == _PIM_REGISTER
+    covered = np.where(register, 8, length)
+    ok = (covered <= v) & (length >= covered) & _checksum_ok(s, np.minimum(covered, HEAD))
+    out.assign(idx, np.where(ok, Label.PIM, 0).astype(np.int64))
+
+
 def bgp(p: Packets, out: Labeller) -> None:
     """BGP-4 on TCP (RFC 4271 §4.1): the 16-byte marker of all ones, a length of at least 19 (exactly 19 for
     a KEEPALIVE, 29 or more for an OPEN) and a message type 1-5."""
@@ -114,4 +165,4 @@ def bgp(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.BGP, 0).astype(np.int64))
 
 
-__all__ = ["HSRP_PORT", "bgp", "hsrp", "ospf", "vrrp"]
+__all__ = ["HSRP_PORT", "bgp", "hsrp", "igmp", "ospf", "pim", "vrrp"]

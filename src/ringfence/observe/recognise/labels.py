@@ -181,6 +181,9 @@ class Label(IntEnum):
     DRBD_AUTH = 147  # P_AUTH_CHALLENGE / P_AUTH_RESPONSE: cram-hmac peer authentication
     BEEGFS = 148  # a BeeGFS message header
     BEEGFS_AUTH = 149  # AuthenticateChannelMsg: the connAuthFile shared secret
+    # Multicast control
+    IGMP = 150  # an IGMP query, report or leave with a valid checksum
+    PIM = 151  # a PIMv2 message with a valid checksum
 
 
 #: Number of label codes (array dimension for per-flow counts).

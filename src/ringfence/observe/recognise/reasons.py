@@ -131,6 +131,8 @@ class Family(IntEnum):
     L2TP = 48
     DRBD = 49
     BEEGFS = 50
+    IGMP = 51
+    PIM = 52
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -1,4 +1,4 @@
-"""The words of the verdicts for the network's control plane: HSRP, VRRP, BGP and OSPF."""
+"""The words of the verdicts for the network's control plane: HSRP, VRRP, BGP, OSPF, IGMP and PIM."""
 
 from __future__ import annotations
 
@@ -80,12 +80,36 @@ def _ospf(r: Row) -> Verdict:
     )
 
 
+def _igmp(r: Row) -> Verdict:
+    return (
+        PLAIN,
+        "igmp",
+        (
+            f"IGMP: {_n(r.c(Label.IGMP), 'message')} in clear (which multicast groups this host joins or leaves); "
+            "IGMP has no authentication"
+        ),
+    )
+
+
+def _pim(r: Row) -> Verdict:
+    return (
+        PLAIN,
+        "pim",
+        (
+            f"PIM: {_n(r.c(Label.PIM), 'message')} in clear (multicast routing: neighbours, joins, rendezvous "
+            "points); PIM authenticates only with IPsec (RFC 5796), which would make the flow AH or ESP"
+        ),
+    )
+
+
 #: Handlers of the families worded here; :mod:`.verdict` joins them with the others.
 NETWORK_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.HSRP: _hsrp,
     Family.VRRP: _vrrp,
     Family.BGP: _bgp,
     Family.OSPF: _ospf,
+    Family.IGMP: _igmp,
+    Family.PIM: _pim,
 }
 
 __all__ = ["NETWORK_HANDLERS"]

@@ -109,6 +109,8 @@ def families(f: FlowFacts) -> I64:
         (Family.VRRP, f.count(Label.VRRP_TEXT, Label.VRRP_NOAUTH) > 0),
         (Family.BGP, f.count(Label.BGP) > 0),
         (Family.OSPF, f.count(Label.OSPF_NULL, Label.OSPF_SIMPLE, Label.OSPF_CRYPTO, Label.OSPF3) > 0),
+        (Family.IGMP, f.count(Label.IGMP) > 0),
+        (Family.PIM, f.count(Label.PIM) > 0),
         # a bare signature is 2 bytes and a length: a mechanism makes the flow ZMTP
         (Family.ZMTP, f.count(Label.ZMTP_NULL, Label.ZMTP_PLAIN, Label.ZMTP_CURVE, Label.ZMTP_GSSAPI) > 0),
         (Family.AMQP, f.count(Label.AMQP, Label.AMQP_SASL, Label.AMQP_TLS) > 0),
