@@ -63,6 +63,17 @@ def test_region_limits_are_respected() -> None:
     assert Kind(int(rest.kind[0])) == Kind.HIGH
 
 
+def test_a_short_whole_line_of_text_is_text_and_other_short_regions_are_short() -> None:
+    lines = [b"get key\r\n", b"RFB 003.008\n", b"ab\ncd\n", b"get keys\r", b"\x01et key\r\n"]
+    rows = np.zeros((len(lines), 64), dtype=np.uint8)
+    for i, line in enumerate(lines):
+        rows[i, : len(line)] = np.frombuffer(line, dtype=np.uint8)
+    stop = np.array([len(line) for line in lines])
+    got = analyse(rows, np.zeros(len(lines), np.int64), stop, with_entropy=np.ones(len(lines), dtype=np.bool_))
+    # 8+ printable bytes ending in LF; 6 bytes, no LF at the end, a control byte: too short to judge
+    assert [Kind(int(k)) for k in got.kind] == [Kind.TEXT, Kind.TEXT, Kind.SHORT, Kind.SHORT, Kind.SHORT]
+
+
 def _bulk(n: int, per_flow: int = 16) -> tuple[FlowKeys, PayloadSamples]:
     """n flows: a quarter TLS, a quarter float32 tensors, a quarter WireGuard, a quarter random."""
     rng = np.random.default_rng(0)

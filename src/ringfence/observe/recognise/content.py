@@ -74,6 +74,9 @@ LOW_MARGIN: Final = 1.0
 HIGH_MARGIN: Final = 0.4
 #: Regions shorter than this are too short to judge.
 MIN_BYTES: Final = 16
+#: ... except a whole line of text: at least this many printable bytes ending in LF (a cipher ends 8 bytes so
+#: with odds of about 4 in a million), as memcached's ``get k\r\n`` or the RFB banner ``RFB 003.008\n``.
+MIN_LINE: Final = 8
 _MIN_WORDS32: Final = 12
 _MIN_WORDS16: Final = 16
 _CHUNK: Final = 8192
@@ -181,9 +184,11 @@ def _analyse(head: npt.NDArray[np.uint8], start: I64, stop: I64, with_entropy: n
     zero16 = zero_bytes & (zero_bytes << np.uint64(1))
     zero32 = zero16 & (zero16 << np.uint64(2))
 
+    last = head[np.arange(k), np.clip(stop - 1, 0, _HEAD - 1)]
+    line = (nbytes >= MIN_LINE) & (printable == nbytes) & (last == 0x0A)
     kind = np.select(
         [
-            nbytes < MIN_BYTES,
+            (nbytes < MIN_BYTES) & ~line,
             zeros == nbytes,
             printable * 20 >= nbytes * 19,
             # bf16 before float32: bf16 pairs also pass the float32 test (their high halves are bf16 values)
