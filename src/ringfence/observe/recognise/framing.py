@@ -9,6 +9,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from ringfence.observe.recognise import framing_apps as ap
 from ringfence.observe.recognise import framing_datagram as dg
 from ringfence.observe.recognise import framing_messaging as mq
 from ringfence.observe.recognise import framing_network as nw
@@ -48,6 +49,9 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     nw.ospf,
     nw.igmp,
     nw.pim,
+    ap.mongodb,
+    ap.rfb,
+    ap.telnet,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,

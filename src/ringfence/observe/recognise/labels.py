@@ -184,6 +184,11 @@ class Label(IntEnum):
     # Multicast control
     IGMP = 150  # an IGMP query, report or leave with a valid checksum
     PIM = 151  # a PIMv2 message with a valid checksum
+    # Consoles and application databases
+    TELNET = 152  # Telnet option negotiation (IAC WILL/WONT/DO/DONT, subnegotiation)
+    RFB = 153  # VNC's RFB ProtocolVersion banner
+    VNC_AUTH = 154  # a 16-byte VNC authentication challenge or response in an RFB flow
+    MONGODB = 155  # a MongoDB wire protocol message header
 
 
 #: Number of label codes (array dimension for per-flow counts).

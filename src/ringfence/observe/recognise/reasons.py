@@ -133,6 +133,9 @@ class Family(IntEnum):
     BEEGFS = 50
     IGMP = 51
     PIM = 52
+    TELNET = 53
+    VNC = 54
+    MONGODB = 55
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ringfence.observe.recognise import reasons as rs
 from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
+from ringfence.observe.recognise.reasons_apps import APP_HANDLERS
 from ringfence.observe.recognise.reasons_messaging import MESSAGING_HANDLERS
 from ringfence.observe.recognise.reasons_network import NETWORK_HANDLERS
 from ringfence.observe.recognise.reasons_services import SERVICE_HANDLERS
@@ -25,7 +26,8 @@ from ringfence.observe.recognise.reasons_tunnels import TUNNEL_HANDLERS
 I64 = npt.NDArray[np.int64]
 SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 #: Every family's handler, in one explicit registry.
-HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS}
+HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS,
+                   **APP_HANDLERS}  # fmt: skip
 _RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL)
 _SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
 _CEPH = (Label.CEPH_BANNER, Label.CEPH_FRAME, Label.CEPH_SECURE, Label.CEPH_CRC)
@@ -114,6 +116,9 @@ def families(f: FlowFacts) -> I64:
         # a bare signature is 2 bytes and a length: a mechanism makes the flow ZMTP
         (Family.ZMTP, f.count(Label.ZMTP_NULL, Label.ZMTP_PLAIN, Label.ZMTP_CURVE, Label.ZMTP_GSSAPI) > 0),
         (Family.AMQP, f.count(Label.AMQP, Label.AMQP_SASL, Label.AMQP_TLS) > 0),
+        (Family.TELNET, f.count(Label.TELNET) > 0),
+        (Family.VNC, f.count(Label.RFB) > 0),
+        (Family.MONGODB, f.count(Label.MONGODB) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
