@@ -49,7 +49,6 @@ def read(name: str) -> tuple[list[dict[str, object]], FlowKeys, PayloadSamples]:
         ("gquic.pcap", "handshake-only", "gquic"),
         ("ipv4_tcp_http_xml.pcap", "plaintext", "http"),
         ("dns_udp.pcap", "plaintext", "dns"),
-        ("ntp.pcap", "plaintext", "ntp"),
         ("ntp-control.pcap", "plaintext", "ntp"),  # ntpq's mode-6 requests and responses
         ("syslog_udp.pcap", "plaintext", "syslog"),
     ],
@@ -59,6 +58,15 @@ def test_capture_verdicts(capture: str, protection: str, protocol: str) -> None:
     with_payload = [r for r in rows if r["reason"] != "no payload observed"]
     assert with_payload
     assert {(r["protection"], r["protocol"]) for r in with_payload} == {(protection, protocol)}
+
+
+def test_ntp_with_a_mac_in_both_directions_is_integrity_only_and_a_crypto_nak_leaves_it_plaintext() -> None:
+    rows, _, _ = read("ntp.pcap")
+    # four client/server exchanges: two MAC'd both ways (key id 8), one answered by a crypto-NAK, one without MACs
+    got = sorted((r["protection"], r["protocol"]) for r in rows)
+    assert got == [("integrity-only", "ntp")] * 2 + [("plaintext", "ntp")] * 2
+    nak = [r for r in rows if "not every packet is" in str(r["reason"])]
+    assert len(nak) == 1
 
 
 def test_pptp_control_connection_is_plaintext() -> None:

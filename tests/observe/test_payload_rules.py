@@ -304,6 +304,30 @@ def _ntp_control(response: bool, data: bytes, opcode: int = 2, pad: int = 0, ver
     return struct.pack(">BBHHHHH", first, (0x80 if response else 0) | opcode, 7, 0, 0, 0, len(data)) + data + bytes(pad)
 
 
+def _nts(client: bool) -> bytes:
+    """An NTPv4 packet with NTS extension fields (RFC 8915 §5.7): Unique Identifier, then (client) a cookie,
+    then the Authenticator and Encrypted Extension Fields."""
+    ef = struct.pack(">HH", 0x0104, 36) + rand(32)
+    if client:
+        ef += struct.pack(">HH", 0x0204, 104) + rand(100)
+    ef += struct.pack(">HHHH", 0x0404, 40, 16, 16) + rand(32)
+    return bytes([0x23 if client else 0x24, 0 if client else 2, 6, 0xE9]) + bytes(44) + ef
+
+
+def test_ntp_authenticated_in_every_packet_is_integrity_only_and_a_crypto_nak_is_not_authentication() -> None:
+    nts = Flow(proto=17, sport=40123, dport=123).fwd(_nts(True)).back(_nts(False))
+    got = verdict(nts)
+    assert got[:2] == ("integrity-only", "ntp") and "2 packets with Network Time Security" in got[2]
+    md5 = bytes([0x23]) + bytes(47) + struct.pack(">I", 1) + rand(16)
+    got = verdict(Flow(proto=17, sport=40123, dport=123).fwd(md5).back(md5))
+    assert got[:2] == ("integrity-only", "ntp") and "2 packets with a symmetric-key MAC" in got[2]
+    nak = bytes([0x24, 2, 3, 0xE9]) + bytes(44) + bytes(4)  # key id 0 alone: a crypto-NAK
+    got = verdict(Flow(proto=17, sport=40123, dport=123).fwd(md5).back(nak))
+    assert got[:2] == ("plaintext", "ntp") and "1 with a MAC: authenticated, but not every packet is" in got[2]
+    bad_ef = _nts(False)[:50] + struct.pack(">H", 18) + _nts(False)[52:]  # not a multiple of 4
+    assert verdict(Flow(proto=17, sport=40123, dport=123).fwd(bad_ef))[0] == "plaintext"
+
+
 def _ntp_private(request: int = 42, nitems: int = 0, itemsize: int = 0, response: bool = False) -> bytes:
     head = struct.pack(">BBBBHH", (0x80 if response else 0) | (2 << 3) | 7, 0, 3, request, nitems, itemsize)
     return head + bytes(nitems * itemsize if response else 40)

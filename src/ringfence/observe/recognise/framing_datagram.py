@@ -222,6 +222,9 @@ def roce(p: Packets, out: Labeller) -> None:
     out.assign(idx, codes, np.where(data, start, -1), stop)
 
 
+_NTS_FIELDS: Final = (0x0104, 0x0204, 0x0304, 0x0404)
+
+
 def ntp(p: Packets, out: Labeller) -> None:
     """NTP v1-4: the time modes 1-5 (RFC 5905), control mode 6 (ntpq, RFC 9327) and private mode 7 (ntpdc).
 
@@ -235,10 +238,16 @@ def ntp(p: Packets, out: Labeller) -> None:
     cand = udp_v & (p.length >= 48) & (p.length % 4 == 0)
     cand &= ((mode - 1) <= 4) & (c[1] <= 16) & ((c[2] <= 17) | (c[2] >= 0xF6))
     cand &= (c[4] == 0) & (c[8] == 0)
-    idx, _, length, _ = select(p, out, cand)
-    # 4 (key id only: crypto-NAK), 20 (key id + MD5) or 24 (key id + SHA-1) bytes of MAC after the header
-    mac = np.isin(length - 48, [4, 20, 24])
-    out.assign(idx, np.where(mac, Label.NTP_MAC, Label.NTP).astype(np.int64))
+    idx, s, length, _ = select(p, out, cand)
+    # 20 (key id + MD5) or 24 (key id + SHA-1) bytes of MAC after the header; 4 (a key id alone) is a crypto-NAK,
+    # which authenticates nothing
+    mac = np.isin(length - 48, [20, 24])
+    # NTS (RFC 8915 §5.7): an extension field (RFC 7822: a multiple of 4, at least 16 bytes, inside the datagram)
+    # of an NTS type first: Unique Identifier, NTS Cookie, Cookie Placeholder, Authenticator and Encrypted EFs
+    ef_len = be16(s, 50)
+    nts = (length > 48) & np.isin(be16(s, 48), _NTS_FIELDS) & (ef_len >= 16) & (ef_len % 4 == 0)
+    nts &= 48 + ef_len <= length
+    out.assign(idx, np.select([nts, mac], [Label.NTP_NTS, Label.NTP_MAC], Label.NTP).astype(np.int64))
     on_123 = udp_v & p.port(NTP_PORT)
     _ntp_control(p, out, on_123 & (mode == 6) & (p.length >= 12))
     _ntp_private(p, out, on_123 & (mode == 7) & (p.length >= 8))

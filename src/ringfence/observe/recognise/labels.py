@@ -68,7 +68,7 @@ class Label(IntEnum):
     HTTP2_PREFACE = 46
     DNS = 47
     NTP = 48
-    NTP_MAC = 49
+    NTP_MAC = 49  # a key id and an MD5/SHA-1 MAC after the header (symmetric-key authentication)
     SYSLOG = 50
     RFT_HS = 51  # ringfence transport handshake record (HELLO, AUTH, ALERT: plaintext body)
     SSH_NEWKEYS_DATA = 52  # NEWKEYS and, in the same segment, bytes under the new keys
@@ -189,6 +189,7 @@ class Label(IntEnum):
     RFB = 153  # VNC's RFB ProtocolVersion banner
     VNC_AUTH = 154  # a 16-byte VNC authentication challenge or response in an RFB flow
     MONGODB = 155  # a MongoDB wire protocol message header
+    NTP_NTS = 156  # NTP with Network Time Security extension fields (RFC 8915): authenticated
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -35,12 +35,19 @@ def _dns(r: Row) -> Verdict:
 
 
 def _ntp(r: Row) -> Verdict:
-    plain, mac = r.c(Label.NTP), r.c(Label.NTP_MAC)
+    plain, mac, nts = r.c(Label.NTP), r.c(Label.NTP_MAC), r.c(Label.NTP_NTS)
     control, private = r.c(Label.NTP_CONTROL), r.c(Label.NTP_PRIVATE)
+    if (mac or nts) and not (plain or control or private):
+        how = "; ".join(
+            ([f"{_n(mac, 'packet')} with a symmetric-key MAC"] if mac else [])
+            + ([f"{_n(nts, 'packet')} with Network Time Security (RFC 8915)"] if nts else [])
+        )
+        return INTEG, "ntp", f"NTP: every time packet authenticated ({how}): forged time is refused, it is readable"
     parts = []
-    if plain + mac:
-        note = f" ({mac} carry a MAC: authenticated, still readable)" if mac else ""
-        parts.append(f"{_n(plain + mac, 'packet')} with a valid NTPv1-4 header{note}")
+    if plain + mac + nts:
+        notes = ([f"{mac} with a MAC"] if mac else []) + ([f"{nts} with NTS"] if nts else [])
+        note = f" ({', '.join(notes)}: authenticated, but not every packet is)" if notes else ""
+        parts.append(f"{_n(plain + mac + nts, 'packet')} with a valid NTPv1-4 header{note}")
     if control:
         parts.append(f"{_n(control, 'mode-6 control message')} (ntpq: a server's variables, read and set) on port 123")
     if private:
