@@ -64,6 +64,25 @@ def test_nfsv4_over_udp_and_other_rpc_programs() -> None:
     assert portmap[:2] == ("plaintext", "onc-rpc")
 
 
+def _starttls_reply() -> bytes:
+    msg = struct.pack(">IIII", RNG.getrandbits(32), 1, 0, 0) + _opaque(b"STARTTLS") + struct.pack(">I", 0)
+    return struct.pack(">I", 0x80000000 | len(msg)) + msg
+
+
+def test_nfs_over_tls_is_judged_by_its_tls_and_names_the_rpc_upgrade() -> None:
+    probe = rpc_call((7, b""), proc=0)  # RFC 9289 §4.1: a NULL call with an empty AUTH_TLS credential
+    hello = bytes([22, 3, 1, 0, 200, 1, 0, 0, 196, 3, 3]) + rand(53)
+    server = bytes([22, 3, 3, 0, 90, 2, 0, 0, 86, 3, 3]) + rand(53)
+    flow = nfs(probe, hello, bytes([23, 3, 3, 1, 0]) + rand(59)).back(_starttls_reply(), server,
+                                                                      bytes([23, 3, 3, 1, 0]) + rand(59))  # fmt: skip
+    got = verdict(flow)
+    assert got[0] == "encrypted" and "RPC-with-TLS AUTH_TLS probe" in got[2], got
+    alone = verdict(nfs(probe).back(_starttls_reply()))
+    assert alone[:2] == ("handshake-only", "nfs") and "RFC 9289" in alone[2]
+    # "STARTTLS" in an AUTH_SYS verifier is not the reply, and the probe needs an empty credential
+    assert verdict(nfs(rpc_call((7, b"x"), proc=0)))[0] != "handshake-only"
+
+
 @pytest.mark.parametrize(
     ("service", "protection"), [(1, "plaintext"), (2, "integrity-only"), (3, "encrypted")]
 )  # krb5, krb5i, krb5p

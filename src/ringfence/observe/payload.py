@@ -40,6 +40,7 @@ _RPC_CALLS: Final = (
     Label.RPC_GSS_PRIV,
     Label.RPC_GSS_CTRL,
     Label.RPC_NULL,
+    Label.RPC_TLS_PROBE,
 )
 
 

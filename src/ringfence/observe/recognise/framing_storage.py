@@ -34,8 +34,10 @@ _TCP: Final = 6
 _UDP: Final = 17
 #: RFC 5531 §8.2: the body of an opaque_auth is at most 400 bytes.
 _RPC_AUTH_MAX: Final = 400
-_AUTH_FLAVOURS: Final = np.array([0, 1, 2, 3, 6])  # NONE, SYS, SHORT, DH, RPCSEC_GSS
+_AUTH_FLAVOURS: Final = np.array([0, 1, 2, 3, 6, 7])  # NONE, SYS, SHORT, DH, RPCSEC_GSS, AUTH_TLS
 _RPCSEC_GSS: Final = 6
+_AUTH_TLS: Final = 7  # RFC 9289 §4.1: the NULL-procedure probe that asks to start TLS
+_STARTTLS: Final = np.frombuffer(b"STARTTLS", np.uint8)
 #: An RPC record larger than this (16 MiB) is not an NFS/RPC record (Linux caps rsize/wsize at 1 MiB).
 _RPC_RECORD_MAX: Final = 1 << 24
 _SMB2_CANCEL: Final = 12
@@ -76,7 +78,9 @@ def onc_rpc(p: Packets, out: Labeller) -> None:
     (flavour, length <= 400). With RPCSEC_GSS (RFC 2203 §5) the credential body says version 1,
     the procedure (DATA or context INIT/CONTINUE/DESTROY) and the service: none (krb5), integrity
     (krb5i) or privacy (krb5p). A reply: xid, msg_type 1, reply_stat, and for an accepted one the
-    verifier (RPCSEC_GSS for every GSS-protected call) and accept_stat 0..5.
+    verifier (RPCSEC_GSS for every GSS-protected call) and accept_stat 0..5. RPC-with-TLS (RFC 9289 §4.1):
+    a NULL call with an empty AUTH_TLS credential, answered by an AUTH_NONE verifier holding "STARTTLS";
+    TLS then runs on the same connection.
     """
     c = p.cols
     tcp_mark = (p.proto == _TCP) & ((c[0] & 0x7F) == 0) & (p.length >= 28)
@@ -109,8 +113,12 @@ def onc_rpc(p: Packets, out: Labeller) -> None:
         stat_pos = base + 20 + ((np.minimum(verf_len, _RPC_AUTH_MAX) + 3) & ~3)
         accepted &= (stat_pos + 4 > v) | (_be32_at(s, stat_pos) <= 5)
         denied = reply & (be32(s, base + 8) == 1) & (be32(s, base + 12) <= 1)
+        probe = call & (flavour == _AUTH_TLS) & (cred_len == 0) & (be32(s, base + 20) == 0)
+        starttls = accepted & (verf == 0) & (verf_len == 8) & np.all(s[:, base + 20 : base + 28] == _STARTTLS, axis=1)
         codes = np.select(
             [
+                probe,
+                starttls,
                 gss & (gss_proc != 0),
                 gss & (service == 1),
                 gss & (service == 2),
@@ -122,6 +130,8 @@ def onc_rpc(p: Packets, out: Labeller) -> None:
                 denied,
             ],
             [
+                Label.RPC_TLS_PROBE,
+                Label.RPC_STARTTLS,
                 Label.RPC_GSS_CTRL,
                 Label.RPC_GSS_NONE,
                 Label.RPC_GSS_INTEG,

@@ -190,6 +190,9 @@ class Label(IntEnum):
     VNC_AUTH = 154  # a 16-byte VNC authentication challenge or response in an RFB flow
     MONGODB = 155  # a MongoDB wire protocol message header
     NTP_NTS = 156  # NTP with Network Time Security extension fields (RFC 8915): authenticated
+    # RPC-with-TLS (RFC 9289): NFS over TLS starts with these two on the connection TLS then takes
+    RPC_TLS_PROBE = 157  # a NULL call with an AUTH_TLS credential
+    RPC_STARTTLS = 158  # its reply: an AUTH_NONE verifier holding "STARTTLS"
 
 
 #: Number of label codes (array dimension for per-flow counts).
@@ -296,6 +299,8 @@ UPGRADES: Final = {
     Label.LDAP_STARTTLS: "LDAP StartTLS",
     Label.MYSQL_SSLREQ: "MySQL SSLRequest",
     Label.RDP_NEG_TLS: "RDP X.224 negotiation of TLS/CredSSP",
+    Label.RPC_TLS_PROBE: "RPC-with-TLS AUTH_TLS probe",
+    Label.RPC_STARTTLS: "RPC-with-TLS STARTTLS reply",
 }
 
 

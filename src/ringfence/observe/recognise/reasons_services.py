@@ -84,6 +84,17 @@ def _rpc(r: Row) -> Verdict:
     integ, priv, ctrl = r.c(Label.RPC_GSS_INTEG), r.c(Label.RPC_GSS_PRIV), r.c(Label.RPC_GSS_CTRL)
     reply_clear, reply_gss = r.c(Label.RPC_REPLY_CLEAR), r.c(Label.RPC_REPLY_GSS)
     gss = integ + priv + gss_none + ctrl + reply_gss
+    tls = r.c(Label.RPC_TLS_PROBE, Label.RPC_STARTTLS)
+    if tls and not clear and not gss_none:
+        # The TLS rules judge a flow whose TLS was sampled; here it was not (or not enough of it).
+        return (
+            HANDSHAKE,
+            protocol,
+            (
+                f"{what}: RPC-with-TLS (RFC 9289) asked for — the AUTH_TLS probe and STARTTLS reply ({tls} "
+                f"messages) — and no TLS record sampled after it{r.sample_note()}"
+            ),
+        )
     if clear:
         return (
             PLAIN,

@@ -28,7 +28,8 @@ SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 #: Every family's handler, in one explicit registry.
 HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS,
                    **APP_HANDLERS}  # fmt: skip
-_RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL)
+_RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL,
+        Label.RPC_TLS_PROBE, Label.RPC_STARTTLS)  # fmt: skip
 _SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
 _CEPH = (Label.CEPH_BANNER, Label.CEPH_FRAME, Label.CEPH_SECURE, Label.CEPH_CRC)
 _SNMP = tuple(Label(i) for i in range(Label.SNMP_COMMUNITY, Label.SNMP3_DISCOVERY + 1))
