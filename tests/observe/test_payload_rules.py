@@ -799,3 +799,32 @@ def test_igmp_and_pim_are_plaintext_multicast_control() -> None:
 )
 def test_igmp_and_pim_need_a_valid_checksum_and_type(proto: int, payload: bytes) -> None:
     assert verdict(Flow(proto=proto, sport=-1, dport=-1).fwd(payload))[1] not in {"igmp", "pim"}
+
+
+# --- IPsec AH --------------------------------------------------------------------------------------
+
+
+def _ah(next_header: int, inner: bytes, spi: int = 0x1000, icv: int = 12, reserved: int = 0) -> bytes:
+    return struct.pack(">BBHII", next_header, (12 + icv) // 4 - 2, reserved, spi, 7) + rand(icv) + inner
+
+
+def test_ah_is_integrity_only_and_ah_with_esp_inside_is_encrypted() -> None:
+    tcp = struct.pack(">HHIIBBHHH", 40000, 80, 1, 0, 0x50, 0x18, 512, 0, 0) + b"GET / HTTP/1.1\r\n"
+    got = verdict(Flow(proto=51, sport=-1, dport=-1).fwd(_ah(6, tcp), _ah(6, tcp, icv=16)))
+    assert got[:2] == ("integrity-only", "ah") and "SPI 0x00001000" in got[2] and "NOT confidential" in got[2]
+    esp = struct.pack(">II", 0x2000, 1) + rand(48)
+    got = verdict(Flow(proto=51, sport=-1, dport=-1).fwd(_ah(50, esp)))
+    assert got[:2] == ("encrypted", "ah")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _ah(6, rand(20), spi=200),  # SPI 1-255 are reserved
+        _ah(6, rand(20), reserved=1),  # reserved must be zero
+        _ah(6, b"", icv=40)[:30],  # the header's length runs past the packet
+        _ah(200, rand(20)),  # not an IP protocol number
+    ],
+)
+def test_ah_needs_its_exact_header(payload: bytes) -> None:
+    assert verdict(Flow(proto=51, sport=-1, dport=-1).fwd(payload))[1] != "ah"

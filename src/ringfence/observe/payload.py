@@ -93,6 +93,9 @@ def _details(
     esp = np.flatnonzero(np.isin(fr.label, [Label.ESP, Label.ESP_NULL]))
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, esp)), strict=True):
         details[f] = f"SPI 0x{int.from_bytes(bytes(head[row, :4]), 'big'):08x}"
+    ah = np.flatnonzero(np.isin(fr.label, [Label.AH, Label.AH_ESP]))
+    for f, row in zip(*(a.tolist() for a in _first_rows(flow, ah)), strict=True):
+        details[f] = f"SPI 0x{int.from_bytes(bytes(head[row, 4:8]), 'big'):08x}"
     opaque = np.flatnonzero(fr.label == Label.GRE_OPAQUE)
     for f, row in zip(*(a.tolist() for a in _first_rows(flow, opaque)), strict=True):
         details[f] = f"protocol type 0x{int.from_bytes(bytes(head[row, 2:4]), 'big'):04x}"

@@ -459,3 +459,15 @@ def test_pcapng_damage(tmp_path: Path) -> None:
         PcapReader().read(write(tmp_path, no_idb, "t.pcapng"))
     tail = PcapReader().read(write(tmp_path, good + good[-100:-3], "t.pcapng"))
     assert any(f"stopped at byte {len(good)}" in w for w in tail.warnings)
+
+
+def test_ipsec_ah_over_ipv4_and_ipv6_is_one_integrity_only_flow_each(tmp_path: Path) -> None:
+    inner = tcp(40000, 80, b"GET / HTTP/1.1\r\n")
+    ah = struct.pack(">BBHII", 6, 4, 0, 0x1000, 1) + bytes(12) + inner  # next header TCP, a 12-byte ICV
+    frames = [(TS0, eth(ipv4("10.0.0.1", "10.0.0.2", 51, ah))),
+              (TS0 + 1, eth(ipv6("2001:db8::1", "2001:db8::2", 51, ah), 0x86DD))]  # fmt: skip
+    got = rows(PcapReader().read(write(tmp_path, pcap(frames))).flows)
+    assert sorted((r["src"], r["proto"], r["protection"], r["protocol"]) for r in got) == [
+        ("10.0.0.1", 51, "integrity-only", "ah"),
+        ("2001:db8::1", 51, "integrity-only", "ah"),
+    ]

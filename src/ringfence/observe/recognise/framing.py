@@ -27,6 +27,7 @@ Recogniser = Callable[[Packets, Labeller], None]
 _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.macsec,
     dg.esp,
+    dg.ah,
     tn.gre,
     tn.l2tp,
     st.rft,

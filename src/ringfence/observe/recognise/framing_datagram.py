@@ -17,6 +17,7 @@ from ringfence.observe.recognise.labels import Label
 
 _UDP: Final = 17
 _ESP: Final = 50
+_AH: Final = 51
 ETHERTYPE_MACSEC: Final = 0x88E5
 #: Where an ESP payload is checked for readable data: SPI, sequence number and up to 8 bytes of IV.
 ESP_BODY: Final = 16
@@ -102,6 +103,22 @@ def esp(p: Packets, out: Labeller) -> None:
     idx, s, length, v = select(p, out, (p.proto == _ESP) & (p.length >= 8))
     if idx.size:
         _esp_rows(out, idx, s, length, v)
+
+
+def ah(p: Packets, out: Labeller) -> None:
+    """IPsec AH (IP protocol 51; in IPv6 the extension header the reader stops at), RFC 4302 §2: next header,
+    payload length (the header's 32-bit words minus 2: at least 12 bytes with the ICV, inside the packet),
+    reserved zero, an SPI above the reserved 0-255, the sequence number and the ICV; then the protected packet,
+    in clear unless its next header is ESP."""
+    c = p.cols
+    cand = (p.proto == _AH) & (c[2] == 0) & (c[3] == 0) & (p.length >= 12)
+    idx, s, length, _ = select(p, out, cand)
+    if idx.size == 0:
+        return
+    size = (s[:, 1].astype(np.int64) + 2) * 4
+    ok = (size >= 12) & (size <= length) & (be32(s, 4) > 255) & ((s[:, 0] < 143) | (s[:, 0] >= 253))
+    codes = np.where(ok, np.where(s[:, 0] == _ESP, Label.AH_ESP, Label.AH), 0)
+    out.assign(idx, codes.astype(np.int64))
 
 
 def esp_in_udp(p: Packets, out: Labeller) -> None:

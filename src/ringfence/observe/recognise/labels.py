@@ -193,6 +193,9 @@ class Label(IntEnum):
     # RPC-with-TLS (RFC 9289): NFS over TLS starts with these two on the connection TLS then takes
     RPC_TLS_PROBE = 157  # a NULL call with an AUTH_TLS credential
     RPC_STARTTLS = 158  # its reply: an AUTH_NONE verifier holding "STARTTLS"
+    # IPsec AH (RFC 4302)
+    AH = 159  # an authentication header: the packet authenticated, what follows in clear
+    AH_ESP = 160  # an authentication header whose next header is ESP
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -136,6 +136,7 @@ class Family(IntEnum):
     TELNET = 53
     VNC = 54
     MONGODB = 55
+    AH = 56
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -1,4 +1,5 @@
-"""The words of the verdicts for the network's control plane: HSRP, VRRP, BGP, OSPF, IGMP and PIM."""
+"""The words of the verdicts for the network's control plane (HSRP, VRRP, BGP, OSPF, IGMP, PIM) and for IPsec AH,
+which protects it where anything does."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ringfence.observe.recognise.labels import Label
-from ringfence.observe.recognise.reasons import INTEG, PLAIN, Family, Row, Verdict
+from ringfence.observe.recognise.reasons import ENC, INTEG, PLAIN, Family, Row, Verdict
 from ringfence.observe.recognise.reasons import plural as _n
 
 
@@ -102,6 +103,22 @@ def _pim(r: Row) -> Verdict:
     )
 
 
+def _ah(r: Row) -> Verdict:
+    plain, esp = r.c(Label.AH), r.c(Label.AH_ESP)
+    spi = f", {r.detail}" if r.detail else ""
+    if plain:
+        also = f" ({esp} more carry ESP inside)" if esp else ""
+        return (
+            INTEG,
+            "ah",
+            (
+                f"IPsec AH (RFC 4302){spi}: {_n(plain, 'packet')} authenticated by an ICV{also}; AH does not encrypt — "
+                "the packet it protects follows in clear; NOT confidential"
+            ),
+        )
+    return ENC, "ah", f"IPsec AH (RFC 4302){spi} with ESP inside: {_n(esp, 'packet')} authenticated and encrypted"
+
+
 #: Handlers of the families worded here; :mod:`.verdict` joins them with the others.
 NETWORK_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.HSRP: _hsrp,
@@ -110,6 +127,7 @@ NETWORK_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.OSPF: _ospf,
     Family.IGMP: _igmp,
     Family.PIM: _pim,
+    Family.AH: _ah,
 }
 
 __all__ = ["NETWORK_HANDLERS"]

@@ -77,6 +77,7 @@ def families(f: FlowFacts) -> I64:
         (Family.NO_PAYLOAD, f.sampled == 0),
         (Family.MACSEC, f.ethertype == 0x88E5),
         (Family.ESP, (f.proto == 50) | (f.count(Label.ESP, Label.ESP_NULL) > 0)),
+        (Family.AH, (f.proto == 51) & (f.count(Label.AH, Label.AH_ESP) > 0)),
         (Family.GRE, (f.proto == 47) & (f.count(Label.GRE_KEEPALIVE, Label.GRE_OPAQUE, Label.PPTP_ACK, *_PPP) > 0)),
         (Family.L2TP, (f.proto == 17) & (f.count(Label.L2TP_CONTROL, *_PPP) > 0)),
         (Family.ICMP, (f.proto == 1) | (f.proto == 58)),
