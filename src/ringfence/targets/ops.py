@@ -27,9 +27,12 @@ _WRITE = (
 )
 _READ = '[ -e "$0" ] || exit 3; cat "$0"'
 # $0 pidfile, $1 log; the daemon's wrapper writes its own pid (it then execs, so the pid is the daemon's).
+# The daemon writes its own pid (after setsid, before exec); the pid is echoed only once the pidfile holds it (or
+# the daemon has already exited), so a caller that reads the pidfile next never finds it missing or stale.
 _START = (
-    'p="$0"; l="$1"; shift; mkdir -p "$(dirname "$p")" "$(dirname "$l")" || exit 1; '
-    "setsid sh -c 'echo $$ > \"$0\"; exec \"$@\"' \"$p\" \"$@\" >>\"$l\" 2>&1 </dev/null & echo $!"
+    'p="$0"; l="$1"; shift; mkdir -p "$(dirname "$p")" "$(dirname "$l")" || exit 1; rm -f "$p"; '
+    "setsid sh -c 'echo $$ > \"$0\"; exec \"$@\"' \"$p\" \"$@\" >>\"$l\" 2>&1 </dev/null & c=$!; "
+    'while [ ! -s "$p" ] && kill -0 "$c" 2>/dev/null; do sleep 0.02; done; echo "$c"'
 )
 # Is pid $1 alive with a command line naming $0?  (shared by alive and stop)
 _OURS = 'ours() { [ -r /proc/$1/cmdline ] && tr "\\0" " " < /proc/$1/cmdline | grep -qF -- "$M"; }; '
