@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from ringfence.observe.recognise import framing_apps as ap
 from ringfence.observe.recognise import framing_datagram as dg
+from ringfence.observe.recognise import framing_datastores as ds
 from ringfence.observe.recognise import framing_messaging as mq
 from ringfence.observe.recognise import framing_network as nw
 from ringfence.observe.recognise import framing_services as sv
@@ -53,6 +54,10 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     ap.mongodb,
     ap.rfb,
     ap.telnet,
+    ds.redis,
+    ds.memcached,
+    ds.zookeeper,
+    ds.cassandra,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,

@@ -196,6 +196,21 @@ class Label(IntEnum):
     # IPsec AH (RFC 4302)
     AH = 159  # an authentication header: the packet authenticated, what follows in clear
     AH_ESP = 160  # an authentication header whose next header is ESP
+    # Key-value stores and coordination services
+    REDIS = 161  # a RESP command (an array of bulk strings naming a command)
+    REDIS_AUTH = 162  # AUTH, or HELLO with AUTH: the password in clear
+    REDIS_REPLY = 163  # a RESP reply in a flow with a RESP command
+    REDIS_CLUSTER = 164  # a Redis Cluster bus message (RCmb)
+    MEMCACHED = 165  # a memcached binary protocol header
+    MEMCACHED_SASL = 166  # memcached SASL auth/step: the mechanism's data (PLAIN: the password)
+    MEMCACHED_TEXT = 167  # a memcached text protocol command or VALUE line
+    ZOOKEEPER = 168  # a ZooKeeper ConnectRequest/ConnectResponse, ping or ping reply
+    ZK_DIGEST = 169  # a ZooKeeper AuthPacket of the digest scheme: user:password in clear
+    ZK_AUTH = 170  # a ZooKeeper AuthPacket of another scheme
+    ZK_MESSAGE = 171  # a length-framed message in a flow shown to be ZooKeeper
+    ZK_WORD = 172  # a four-letter admin command on port 2181
+    CQL = 173  # a Cassandra CQL native protocol frame header
+    CQL_AUTH = 174  # a CQL AUTH_RESPONSE: the authenticator's token (PasswordAuthenticator: the password)
 
 
 #: Number of label codes (array dimension for per-flow counts).
@@ -256,6 +271,12 @@ CLEAR_APP_LABELS: Final = (
     Label.ISCSI_TEXT,
     Label.NVME_IC,
     Label.NVME_PDU,
+    Label.REDIS,
+    Label.REDIS_AUTH,
+    Label.MEMCACHED,
+    Label.MEMCACHED_TEXT,
+    Label.ZOOKEEPER,
+    Label.CQL,
 )
 
 
@@ -277,6 +298,12 @@ CLEAR_APP_WORDS: Final = {
     Label.ISCSI_TEXT: "iSCSI text PDU",
     Label.NVME_IC: "NVMe/TCP ICReq/ICResp",
     Label.NVME_PDU: "NVMe/TCP PDU",
+    Label.REDIS: "Redis command",
+    Label.REDIS_AUTH: "Redis AUTH",
+    Label.MEMCACHED: "memcached binary message",
+    Label.MEMCACHED_TEXT: "memcached text command",
+    Label.ZOOKEEPER: "ZooKeeper connect/ping",
+    Label.CQL: "Cassandra CQL frame",
 }
 CLEAR_APP_PROTOCOL: Final = {
     Label.RPC_CALL_CLEAR: "onc-rpc",
@@ -295,6 +322,12 @@ CLEAR_APP_PROTOCOL: Final = {
     Label.ISCSI_TEXT: "iscsi",
     Label.NVME_IC: "nvme-tcp",
     Label.NVME_PDU: "nvme-tcp",
+    Label.REDIS: "redis",
+    Label.REDIS_AUTH: "redis",
+    Label.MEMCACHED: "memcached",
+    Label.MEMCACHED_TEXT: "memcached",
+    Label.ZOOKEEPER: "zookeeper",
+    Label.CQL: "cassandra",
 }
 #: Cleartext messages that upgrade a connection to TLS, as a TLS verdict names them.
 UPGRADES: Final = {

@@ -51,6 +51,7 @@ PORT_HINTS: Final = {
     988: "Lustre",
     1883: "MQTT",
     2049: "NFS",
+    2181: "ZooKeeper",
     2379: "etcd",
     3260: "iSCSI",
     3300: "Ceph",
@@ -60,11 +61,14 @@ PORT_HINTS: Final = {
     4500: "IPsec NAT-T",
     4791: "RoCEv2",
     5432: "PostgreSQL",
+    6379: "Redis",
     6443: "Kubernetes API (TLS)",
     6817: "Slurm",
     6818: "Slurm",
     8443: "TLS",
+    9042: "Cassandra",
     9092: "Kafka",
+    11211: "memcached",
     29500: "torch.distributed rendezvous",
     51820: "WireGuard",
 }
@@ -137,6 +141,10 @@ class Family(IntEnum):
     VNC = 54
     MONGODB = 55
     AH = 56
+    REDIS = 57
+    MEMCACHED = 58
+    ZOOKEEPER = 59
+    CASSANDRA = 60
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

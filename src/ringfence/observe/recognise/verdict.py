@@ -18,6 +18,7 @@ from ringfence.observe.recognise import reasons as rs
 from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
 from ringfence.observe.recognise.reasons_apps import APP_HANDLERS
+from ringfence.observe.recognise.reasons_datastores import DATASTORE_HANDLERS
 from ringfence.observe.recognise.reasons_messaging import MESSAGING_HANDLERS
 from ringfence.observe.recognise.reasons_network import NETWORK_HANDLERS
 from ringfence.observe.recognise.reasons_services import SERVICE_HANDLERS
@@ -27,7 +28,7 @@ I64 = npt.NDArray[np.int64]
 SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 #: Every family's handler, in one explicit registry.
 HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS,
-                   **APP_HANDLERS}  # fmt: skip
+                   **APP_HANDLERS, **DATASTORE_HANDLERS}  # fmt: skip
 _RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL,
         Label.RPC_TLS_PROBE, Label.RPC_STARTTLS)  # fmt: skip
 _SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
@@ -121,6 +122,11 @@ def families(f: FlowFacts) -> I64:
         (Family.TELNET, f.count(Label.TELNET) > 0),
         (Family.VNC, f.count(Label.RFB) > 0),
         (Family.MONGODB, f.count(Label.MONGODB) > 0),
+        # replies and in-flow messages are weak alone: a command, a connect or an auth makes the flow
+        (Family.REDIS, f.count(Label.REDIS, Label.REDIS_AUTH, Label.REDIS_CLUSTER) > 0),
+        (Family.MEMCACHED, f.count(Label.MEMCACHED, Label.MEMCACHED_SASL, Label.MEMCACHED_TEXT) > 0),
+        (Family.ZOOKEEPER, f.count(Label.ZOOKEEPER, Label.ZK_DIGEST, Label.ZK_AUTH, Label.ZK_WORD) > 0),
+        (Family.CASSANDRA, f.count(Label.CQL, Label.CQL_AUTH) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
