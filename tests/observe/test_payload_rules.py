@@ -810,7 +810,7 @@ def _ah(next_header: int, inner: bytes, spi: int = 0x1000, icv: int = 12, reserv
 
 def test_ah_is_integrity_only_and_ah_with_esp_inside_is_encrypted() -> None:
     tcp = struct.pack(">HHIIBBHHH", 40000, 80, 1, 0, 0x50, 0x18, 512, 0, 0) + b"GET / HTTP/1.1\r\n"
-    got = verdict(Flow(proto=51, sport=-1, dport=-1).fwd(_ah(6, tcp), _ah(6, tcp, icv=16)))
+    got = verdict(Flow(proto=51, sport=-1, dport=-1).fwd(_ah(6, tcp), _ah(6, tcp, icv=16), _ah(6, tcp, icv=36)))
     assert got[:2] == ("integrity-only", "ah") and "SPI 0x00001000" in got[2] and "NOT confidential" in got[2]
     esp = struct.pack(">II", 0x2000, 1) + rand(48)
     got = verdict(Flow(proto=51, sport=-1, dport=-1).fwd(_ah(50, esp)))
@@ -822,7 +822,9 @@ def test_ah_is_integrity_only_and_ah_with_esp_inside_is_encrypted() -> None:
     [
         _ah(6, rand(20), spi=200),  # SPI 1-255 are reserved
         _ah(6, rand(20), reserved=1),  # reserved must be zero
-        _ah(6, b"", icv=40)[:30],  # the header's length runs past the packet
+        _ah(6, b"", icv=32)[:30],  # the header's length runs past the packet
+        _ah(6, rand(60), icv=8),  # no integrity algorithm has an ICV under 12 bytes …
+        _ah(6, rand(60), icv=40),  # … or over 32 (36 with IPv6 padding)
         _ah(200, rand(20)),  # not an IP protocol number
     ],
 )

@@ -211,6 +211,11 @@ class Label(IntEnum):
     ZK_WORD = 172  # a four-letter admin command on port 2181
     CQL = 173  # a Cassandra CQL native protocol frame header
     CQL_AUTH = 174  # a CQL AUTH_RESPONSE: the authenticator's token (PasswordAuthenticator: the password)
+    # Precision Time Protocol (IEEE 1588) over UDP
+    PTP = 175  # a PTPv2 message without an AUTHENTICATION TLV
+    PTP_AUTH = 176  # a PTPv2 message with an AUTHENTICATION TLV
+    PTP_TLV = 177  # a PTPv2 message whose TLVs run past the sampled head
+    PTP_MANAGEMENT = 178  # a PTPv2 management message without an AUTHENTICATION TLV
 
 
 #: Number of label codes (array dimension for per-flow counts).

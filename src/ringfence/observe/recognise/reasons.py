@@ -40,6 +40,8 @@ PORT_HINTS: Final = {
     88: "Kerberos",
     123: "NTP",
     161: "SNMP",
+    319: "PTP",
+    320: "PTP",
     389: "LDAP",
     443: "TLS or QUIC",
     445: "SMB",
@@ -145,6 +147,7 @@ class Family(IntEnum):
     MEMCACHED = 58
     ZOOKEEPER = 59
     CASSANDRA = 60
+    PTP = 61
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

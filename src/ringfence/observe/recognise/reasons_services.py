@@ -55,6 +55,41 @@ def _ntp(r: Row) -> Verdict:
     return PLAIN, "ntp", f"NTP: {'; '.join(parts)}; NTP is unencrypted"
 
 
+def _ptp(r: Row) -> Verdict:
+    plain, auth, unread, mgmt = r.c(Label.PTP), r.c(Label.PTP_AUTH), r.c(Label.PTP_TLV), r.c(Label.PTP_MANAGEMENT)
+    if plain or mgmt:
+        parts = [f"{_n(plain, 'message')} without an AUTHENTICATION TLV"] if plain else []
+        if mgmt:
+            parts.append(
+                f"{_n(mgmt, 'management message')} without {'one' if plain else 'an AUTHENTICATION TLV'} (pmc: the "
+                "clock's data sets, read and set)"
+            )
+        note = f"; {auth} other{'s' if auth != 1 else ''} authenticated" if auth else ""
+        return (
+            PLAIN,
+            "ptp",
+            f"PTP: {' and '.join(parts)}{note}: whoever reaches UDP 319/320 can forge the time a clock follows",
+        )
+    if unread:
+        return (
+            UNKNOWN,
+            "ptp",
+            (
+                f"PTP: {_n(unread, 'message')} whose TLVs run past the sampled bytes"
+                + (f" and {_n(auth, 'authenticated message')}" if auth else "")
+                + ": whether an AUTHENTICATION TLV protects them is not visible"
+            ),
+        )
+    return (
+        INTEG,
+        "ptp",
+        (
+            f"PTP: every message ({_n(auth, 'message')}) carries an AUTHENTICATION TLV (IEEE 1588-2019 §16.14): "
+            "forged time is refused; the messages are readable"
+        ),
+    )
+
+
 def _syslog(r: Row) -> Verdict:
     return PLAIN, "syslog", f"syslog: {_n(r.c(Label.SYSLOG), 'message')} starting <PRI> followed by text, in clear"
 
@@ -578,6 +613,7 @@ SERVICE_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.MQTT: _mqtt,
     Family.RDP: _rdp,
     Family.KAFKA: _kafka,
+    Family.PTP: _ptp,
     Family.SLURM: _slurm,
 }
 

@@ -139,6 +139,7 @@ def families(f: FlowFacts) -> I64:
         (Family.SLURM, (f.count(Label.SLURM_MUNGE) > 0) | (f.count(Label.SLURM) >= 2)),
         (Family.HTTP, f.count(*HTTP_LABELS) > 0),
         (Family.DNS, f.count(Label.DNS) > 0),
+        (Family.PTP, f.count(Label.PTP, Label.PTP_AUTH, Label.PTP_TLV, Label.PTP_MANAGEMENT) > 0),
         (Family.NTP, f.count(Label.NTP, Label.NTP_MAC, Label.NTP_NTS, Label.NTP_CONTROL, Label.NTP_PRIVATE) > 0),
         (Family.SYSLOG, f.count(Label.SYSLOG) > 0),
     ]
