@@ -53,6 +53,8 @@ def test_tlvs_past_the_head_leave_ptp_unknown() -> None:
         (319, ptp(SYNC, version=1)),  # PTPv1's header is another
         (319, ptp(SYNC, size=43)),  # shorter than a Sync
         (319, ptp(SYNC, size=100)),  # longer than the datagram
+        (319, ptp(SYNC) + bytes(8)),  # shorter: the datagram is the message
+        (319, bytes([0, 0x22]) + ptp(SYNC)[2:]),  # minorVersionPTP 2
         (319, bytes([0x4, 2]) + ptp(SYNC)[2:]),  # messageType 4 is reserved
         (5319, ptp(SYNC)),  # PTP over UDP is on 319/320
     ],

@@ -289,6 +289,20 @@ def test_dns_over_udp_and_tcp() -> None:
     assert [v[:2] for v in verdicts(udp, tcp)] == [("plaintext", "dns"), ("plaintext", "dns")]
 
 
+def _mdns_response(name: bytes, flags: int = 0x8400, answers: int = 1, questions: int = 0) -> bytes:
+    rname = b"".join(bytes([len(label)]) + label for label in name.split(b".")) + b"\x00"
+    header = struct.pack(">HHHHHH", 0, flags, questions, answers, 0, 0)
+    return header + rname + struct.pack(">HHIH", 12, 0x8001, 120, 2) + b"\xc0\x0c"  # PTR, cache-flush IN
+
+
+def test_an_mdns_response_without_a_question_is_dns_on_its_port() -> None:
+    response = _mdns_response(b"_ssh._tcp.local")
+    assert verdict(Flow(proto=17, sport=5353, dport=5353).fwd(response))[:2] == ("plaintext", "dns")
+    for bad in (_mdns_response(b"_ssh._tcp.local", flags=0x0000), _mdns_response(b"_ssh._tcp.local", answers=0)):
+        assert verdict(Flow(proto=17, sport=5353, dport=5353).fwd(bad))[1] != "dns"
+    assert verdict(Flow(proto=17, sport=40000, dport=5354).fwd(response))[1] != "dns"  # elsewhere a question
+
+
 def test_ntp_and_syslog() -> None:
     ntp = (
         Flow(proto=17, sport=40123, dport=123)
@@ -492,6 +506,51 @@ def test_bgp_sessions_are_plaintext() -> None:
 )
 def test_bgp_needs_marker_type_and_length(payload: bytes) -> None:
     assert verdict(Flow(sport=40179, dport=179).fwd(payload))[1] != "bgp"
+
+
+def _bfd(auth: bytes = b"", state: int = 3, diag: int = 0, mult: int = 3, mine: int = 0x1234, m_bit: int = 0,
+         length: int | None = None) -> bytes:  # fmt: skip
+    flags = (state << 6) | (0x04 if auth else 0) | m_bit
+    size = 24 + len(auth) if length is None else length
+    return struct.pack(">BBBBIIIII", (1 << 5) | diag, flags, mult, size, mine, 0x5678, 300_000, 300_000, 0) + auth
+
+
+BFD_MD5 = struct.pack(">BBBBI", 2, 24, 1, 0, 77) + bytes(16)
+BFD_SHA1 = struct.pack(">BBBBI", 5, 28, 1, 0, 77) + bytes(20)
+BFD_PASSWORD = struct.pack(">BBB", 1, 3 + 6, 1) + b"fabr1c"
+
+
+def test_bfd_by_its_authentication() -> None:
+    flows = [
+        Flow(proto=17, sport=49152, dport=3784).fwd(_bfd()).back(_bfd()),
+        Flow(proto=17, sport=49153, dport=4784).fwd(_bfd(BFD_PASSWORD)),
+        Flow(proto=17, sport=49154, dport=3784).fwd(_bfd(BFD_MD5)).back(_bfd(BFD_SHA1)),
+        Flow(proto=17, sport=49155, dport=3784).fwd(_bfd(BFD_MD5), _bfd()),
+    ]
+    got = verdicts(*flows)
+    assert [v[:2] for v in got] == [("plaintext", "bfd"), ("plaintext", "bfd"), ("integrity-only", "bfd"),
+                                    ("plaintext", "bfd")]  # fmt: skip
+    assert "2 control packets without authentication" in got[0][2] and "tears the BGP/OSPF session" in got[0][2]
+    assert "simple password in clear" in got[1][2]
+    assert "keyed MD5/SHA1" in got[2][2]
+
+
+@pytest.mark.parametrize(
+    ("port", "payload"),
+    [
+        (3784, _bfd(length=25) + b"\x00"),  # … its Length is the datagram's
+        (3784, _bfd(length=23)),
+        (3784, _bfd(mult=0)),  # a detect multiplier of 0
+        (3784, _bfd(mine=0)),  # My Discriminator must be non-zero
+        (3784, _bfd(m_bit=1)),  # the multipoint bit is reserved
+        (3784, _bfd(diag=9)),  # no diagnostic 9
+        (3784, _bfd(struct.pack(">BBB", 2, 20, 1) + bytes(17))),  # keyed MD5 is 24 bytes
+        (3785, _bfd()),  # echo packets are not control packets
+        (3999, _bfd()),
+    ],
+)
+def test_bfd_needs_its_exact_header(port: int, payload: bytes) -> None:
+    assert verdict(Flow(proto=17, sport=49152, dport=port).fwd(payload))[1] != "bfd"
 
 
 def _tacacs(kind: int, seq: int, flags: int, body: bytes) -> bytes:

@@ -47,6 +47,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.nat_keepalive,
     dg.esp_in_udp,
     dg.roce,
+    nw.bfd,
     dg.ptp,  # before the services: a PTP message's length field would pass RADIUS's
     nw.vrrp,
     nw.ospf,

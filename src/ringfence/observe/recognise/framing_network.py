@@ -1,5 +1,5 @@
-"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP), routing (BGP, OSPF)
-and multicast (IGMP, PIM).
+"""Recognisers for the network's own control plane: first-hop redundancy (HSRP, VRRP), routing (BGP, OSPF, and
+BFD, which tears a BGP session down when it says the path failed) and multicast (IGMP, PIM).
 
 A cluster's gateway address is held by HSRP or VRRP (keepalived in front of a Kubernetes API, for one), and
 its routes are often BGP (Calico between nodes, BGP unnumbered in a leaf-spine fabric): whoever can forge these
@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, select
+from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, be32, select
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -83,6 +83,40 @@ def vrrp(p: Packets, out: Labeller) -> None:
     v3 = (s[:, 0] == 0x31) & ((length == 8 + 4 * count) | (length == 8 + 16 * count)) & ((s[:, 4] & 0xF0) == 0)
     codes = np.select([v2 & (s[:, 4] == 1), v2, v3], [Label.VRRP_TEXT, Label.VRRP_NOAUTH, Label.VRRP_NOAUTH], 0)
     out.assign(idx, codes.astype(np.int64))
+
+
+#: BFD control packets' UDP ports: single hop (RFC 5881), multihop (RFC 5883), micro-BFD on LAG members (RFC 7130).
+BFD_PORTS: Final = (3784, 4784, 6784)
+_BFD_HEADER: Final = 24
+#: Authentication section lengths (RFC 5880 §4.2-4.4): simple password 3 + 1..16, keyed/meticulous MD5 24,
+#: keyed/meticulous SHA1 28.
+_BFD_SIMPLE: Final = 1
+_BFD_MD5: Final = (2, 3)
+_BFD_SHA1: Final = (4, 5)
+
+
+def bfd(p: Packets, out: Labeller) -> None:
+    """BFD control packets (RFC 5880 §4.1) on their UDP ports: version 1, a defined diagnostic (0-8), the M bit
+    clear, a non-zero detect multiplier and My Discriminator, and a Length equal to the datagram's — 24 bytes, or
+    24 and the authentication section the A bit announces: a simple password (in clear), or keyed MD5/SHA1."""
+    c = p.cols
+    port = np.zeros(p.m, dtype=np.bool_)
+    for number in BFD_PORTS:
+        port |= p.port(number)
+    cand = (p.proto == _UDP) & port & ((c[0] >> 5) == 1) & ((c[0] & 0x1F) <= 8) & ((c[1] & 1) == 0) & (c[2] > 0)
+    idx, s, length, v = select(p, out, cand & (p.length >= _BFD_HEADER) & (c[3] == p.length))
+    if idx.size == 0:
+        return
+    ok = be32(s, 4) != 0
+    auth = (s[:, 1] & 0x04) != 0
+    kind, size = s[:, 24], s[:, 25].astype(np.int64)
+    ok &= ~auth | ((v >= 26) & (size == length - _BFD_HEADER))
+    simple = auth & (kind == _BFD_SIMPLE) & (size >= 4) & (size <= 19)
+    keyed = auth & ((np.isin(kind, _BFD_MD5) & (size == 24)) | (np.isin(kind, _BFD_SHA1) & (size == 28)))
+    codes = np.select(
+        [~auth & (length == _BFD_HEADER), simple, keyed], [Label.BFD_NOAUTH, Label.BFD_SIMPLE, Label.BFD_KEYED], 0
+    )
+    out.assign(idx, np.where(ok, codes, 0).astype(np.int64))
 
 
 def ospf(p: Packets, out: Labeller) -> None:
@@ -165,4 +199,4 @@ def bgp(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.BGP, 0).astype(np.int64))
 
 
-__all__ = ["HSRP_PORT", "bgp", "hsrp", "igmp", "ospf", "pim", "vrrp"]
+__all__ = ["BFD_PORTS", "HSRP_PORT", "bfd", "bgp", "hsrp", "igmp", "ospf", "pim", "vrrp"]

@@ -291,10 +291,15 @@ def syslog(p: Packets, out: Labeller) -> None:
     out.assign(idx, np.where(ok, Label.SYSLOG, 0).astype(np.int64))
 
 
+MDNS_PORT: Final = 5353
+
+
 def dns(p: Packets, out: Labeller) -> None:
     """DNS message: sane header (one question, known opcode, Z bit clear) and a parsable question.
 
-    Over TCP the message follows a 2-byte length prefix (RFC 1035 §4.2.2).
+    Over TCP the message follows a 2-byte length prefix (RFC 1035 §4.2.2). On UDP 5353 a multicast DNS response
+    carries no question (RFC 6762 §6): QR set, opcode 0, at least one answer, and its first record's name and
+    class parse as a question's would.
     """
     c = p.cols
     tcp = (p.proto == _TCP) & (((c[0].astype(np.int64) << 8) | c[1]) <= p.length - 2)
@@ -308,6 +313,11 @@ def dns(p: Packets, out: Labeller) -> None:
         if idx.size:
             ok = _dns_question(s, base + 12, v)
             out.assign(idx, np.where(ok, Label.DNS, 0).astype(np.int64))
+    answers = (c[6].astype(np.int64) << 8) | c[7]
+    mdns = udp & p.port(MDNS_PORT) & (c[4] == 0) & (c[5] == 0) & ((c[2] & 0xF8) == 0x80) & ((c[3] & 0x40) == 0)
+    idx, s, _, v = select(p, out, mdns & (answers >= 1) & (p.length >= 17))
+    if idx.size:
+        out.assign(idx, np.where(_dns_question(s, 12, v), Label.DNS, 0).astype(np.int64))
 
 
 def _dns_question(s: U8, first: int, v: I64) -> Bool:
@@ -357,6 +367,7 @@ def rows_matching_tags(s: U8, tags: tuple[bytes, ...]) -> Bool:
 
 __all__ = [
     "GLOO_PREAMBLE",
+    "MDNS_PORT",
     "RFT_BODY",
     "TLS_BODY",
     "dns",

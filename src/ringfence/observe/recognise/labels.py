@@ -216,6 +216,10 @@ class Label(IntEnum):
     PTP_AUTH = 176  # a PTPv2 message with an AUTHENTICATION TLV
     PTP_TLV = 177  # a PTPv2 message whose TLVs run past the sampled head
     PTP_MANAGEMENT = 178  # a PTPv2 management message without an AUTHENTICATION TLV
+    # Bidirectional Forwarding Detection (RFC 5880)
+    BFD_NOAUTH = 179  # a BFD control packet without authentication
+    BFD_SIMPLE = 180  # … with a simple password, in clear
+    BFD_KEYED = 181  # … with keyed or meticulous keyed MD5/SHA1
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -59,6 +59,7 @@ PORT_HINTS: Final = {
     3300: "Ceph",
     3306: "MySQL",
     3389: "RDP",
+    3784: "BFD",
     4420: "NVMe/TCP",
     4500: "IPsec NAT-T",
     4791: "RoCEv2",
@@ -148,6 +149,7 @@ class Family(IntEnum):
     ZOOKEEPER = 59
     CASSANDRA = 60
     PTP = 61
+    BFD = 62
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

@@ -1,4 +1,4 @@
-"""The words of the verdicts for the network's control plane (HSRP, VRRP, BGP, OSPF, IGMP, PIM) and for IPsec AH,
+"""The words of the verdicts for the network's control plane (HSRP, VRRP, BGP, BFD, OSPF, IGMP, PIM) and for IPsec AH,
 which protects it where anything does."""
 
 from __future__ import annotations
@@ -53,6 +53,27 @@ def _bgp(r: Row) -> Verdict:
             "TCP-MD5 or TCP-AO, where configured, authenticates the session in TCP options the payload does not "
             "show — neither encrypts"
         ),
+    )
+
+
+def _bfd(r: Row) -> Verdict:
+    none, simple, keyed = r.c(Label.BFD_NOAUTH), r.c(Label.BFD_SIMPLE), r.c(Label.BFD_KEYED)
+    weak = []
+    if none:
+        weak.append(f"{_n(none, 'control packet')} without authentication")
+    if simple:
+        weak.append(f"{_n(simple, 'control packet')} with a simple password in clear")
+    if weak:
+        return (
+            PLAIN,
+            "bfd",
+            f"BFD: {'; '.join(weak)}; a forged Down tears the BGP/OSPF session it guards down, and its routes with it",
+        )
+    return (
+        INTEG,
+        "bfd",
+        f"BFD: {_n(keyed, 'control packet')} with keyed MD5/SHA1 authentication: a forged packet is refused, the "
+        "session state is readable",
     )
 
 
@@ -124,6 +145,7 @@ NETWORK_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.HSRP: _hsrp,
     Family.VRRP: _vrrp,
     Family.BGP: _bgp,
+    Family.BFD: _bfd,
     Family.OSPF: _ospf,
     Family.IGMP: _igmp,
     Family.PIM: _pim,

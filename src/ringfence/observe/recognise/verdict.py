@@ -113,6 +113,7 @@ def families(f: FlowFacts) -> I64:
         (Family.HSRP, f.count(Label.HSRP_DEFAULT, Label.HSRP_TEXT, Label.HSRP_MD5, Label.HSRP_NOAUTH) > 0),
         (Family.VRRP, f.count(Label.VRRP_TEXT, Label.VRRP_NOAUTH) > 0),
         (Family.BGP, f.count(Label.BGP) > 0),
+        (Family.BFD, f.count(Label.BFD_NOAUTH, Label.BFD_SIMPLE, Label.BFD_KEYED) > 0),
         (Family.OSPF, f.count(Label.OSPF_NULL, Label.OSPF_SIMPLE, Label.OSPF_CRYPTO, Label.OSPF3) > 0),
         (Family.IGMP, f.count(Label.IGMP) > 0),
         (Family.PIM, f.count(Label.PIM) > 0),
