@@ -18,6 +18,7 @@ from ringfence.observe.recognise import framing_services as sv
 from ringfence.observe.recognise import framing_storage as sg
 from ringfence.observe.recognise import framing_stream as st
 from ringfence.observe.recognise import framing_tunnels as tn
+from ringfence.observe.recognise import framing_vpn as vpn
 from ringfence.observe.recognise._bytes import HEAD, I64, N_COLS, Labeller, Packets
 from ringfence.observe.recognise.labels import Label
 from ringfence.observe.samples import FlowKeys, PayloadSamples
@@ -42,6 +43,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     st.ssh_kex,
     dg.dtls,
     dg.wireguard,
+    vpn.openvpn,
     dg.quic,
     dg.ike,
     dg.nat_keepalive,

@@ -326,11 +326,11 @@ _PTP_TLV_WALK: Final = 4
 
 def ptp(p: Packets, out: Labeller) -> None:
     """PTPv2 (IEEE 1588-2008/2019) over UDP 319/320: versionPTP 2 (minor version 0 or 1), a defined messageType,
-    a messageLength at least that type's and equal to the datagram's. The TLVs after the message body are walked while inside the head:
-    an AUTHENTICATION TLV (§16.14) authenticates the message; a message with no TLV, or whose TLVs are all read
-    and none is AUTHENTICATION, is not authenticated; one whose TLVs run past the head is labelled apart (its
-    protection is not visible). Unauthenticated management messages (pmc's GET/SET of the clock's data sets) are
-    labelled apart too."""
+    a messageLength at least that type's and equal to the datagram's. The TLVs after the message body are walked
+    while inside the head: an AUTHENTICATION TLV (§16.14) authenticates the message; a message with no TLV, or
+    whose TLVs are all read and none is AUTHENTICATION, is not authenticated; one whose TLVs run past the head is
+    labelled apart (its protection is not visible). Unauthenticated management messages (pmc's GET/SET of the
+    clock's data sets) are labelled apart too."""
     c = p.cols
     port = np.zeros(p.m, dtype=np.bool_)
     for number in PTP_PORTS:

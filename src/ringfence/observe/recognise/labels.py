@@ -220,6 +220,13 @@ class Label(IntEnum):
     BFD_NOAUTH = 179  # a BFD control packet without authentication
     BFD_SIMPLE = 180  # … with a simple password, in clear
     BFD_KEYED = 181  # … with keyed or meticulous keyed MD5/SHA1
+    # OpenVPN
+    OVPN_RESET = 182  # a hard reset with a plain control channel
+    OVPN_RESET_AUTH = 183  # … under --tls-auth (an HMAC over every control packet)
+    OVPN_RESET_CRYPT = 184  # … under --tls-crypt (the control channel encrypted too)
+    OVPN_CONTROL = 185  # a control/ack packet in an OpenVPN flow: the control channel's TLS
+    OVPN_DATA = 186  # a data packet (P_DATA_V1/V2) in an OpenVPN flow
+    OVPN_CLEAR = 187  # a data packet whose body is a whole IP packet in clear (--cipher none)
 
 
 #: Number of label codes (array dimension for per-flow counts).

@@ -51,6 +51,7 @@ PORT_HINTS: Final = {
     636: "LDAPS",
     853: "DNS over TLS/QUIC",
     988: "Lustre",
+    1194: "OpenVPN",
     1883: "MQTT",
     2049: "NFS",
     2181: "ZooKeeper",
@@ -150,6 +151,7 @@ class Family(IntEnum):
     CASSANDRA = 60
     PTP = 61
     BFD = 62
+    OPENVPN = 63
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

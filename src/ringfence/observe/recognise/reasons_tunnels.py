@@ -1,4 +1,4 @@
-"""The words of the verdicts for a tunnel's own packets: GRE, PPTP's enhanced GRE and L2TP.
+"""The words of the verdicts for a tunnel's own packets: GRE, PPTP's enhanced GRE and L2TP; and for OpenVPN.
 
 None of these tunnels encrypts. The conversations they carry are flows of their own, judged by what they are;
 what stays in the tunnel's flow is its control traffic, and that is readable (and, for PPP, says how the user
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ringfence.observe.recognise.labels import Label
-from ringfence.observe.recognise.reasons import PLAIN, UNKNOWN, Family, Row, Verdict
+from ringfence.observe.recognise.reasons import ENC, HANDSHAKE, PLAIN, UNKNOWN, Family, Row, Verdict
 from ringfence.observe.recognise.reasons import plural as _n
 
 _CARRIED: Final = "the conversations it carries are judged as flows of their own"
@@ -77,10 +77,37 @@ def _l2tp(r: Row) -> Verdict:
     return UNKNOWN, "l2tp", f"L2TPv2: {'; '.join(said)}; {_MPPE}{tail}"
 
 
+def _openvpn(r: Row) -> Verdict:
+    plain, auth, crypt = r.c(Label.OVPN_RESET), r.c(Label.OVPN_RESET_AUTH), r.c(Label.OVPN_RESET_CRYPT)
+    control, data, clear = r.c(Label.OVPN_CONTROL), r.c(Label.OVPN_DATA), r.c(Label.OVPN_CLEAR)
+    how = "; ".join(
+        ([f"{_n(crypt, 'reset')} under tls-crypt (control channel encrypted and authenticated)"] if crypt else [])
+        + ([f"{_n(auth, 'reset')} under tls-auth (an HMAC on every control packet)"] if auth else [])
+        + ([f"{_n(plain, 'reset')} without tls-auth/tls-crypt"] if plain else [])
+    )
+    lead = f"OpenVPN: {how}" + (f", {_n(control, 'control/ack packet')} (the control channel's TLS)" if control else "")
+    if clear:
+        return (
+            PLAIN,
+            "openvpn",
+            f"{lead}; {_n(clear, 'data packet')} holding a whole IP packet in clear (--cipher none): the tunnelled "
+            "traffic is readable",
+        )
+    if data:
+        return (
+            ENC,
+            "openvpn",
+            f"{lead}; {_n(data, 'data packet')} (P_DATA: the cipher negotiated inside the TLS control channel, not "
+            "visible — the old default BF-CBC is a 64-bit block cipher); no tunnelled IP packet in clear",
+        )
+    return HANDSHAKE, "openvpn", f"{lead}; no data packet sampled{r.sample_note()}"
+
+
 #: Handlers of the families worded here; :mod:`.verdict` joins them with the others.
 TUNNEL_HANDLERS: Final[dict[Family, Callable[[Row], Verdict]]] = {
     Family.GRE: _gre,
     Family.L2TP: _l2tp,
+    Family.OPENVPN: _openvpn,
 }
 
 __all__ = ["TUNNEL_HANDLERS"]

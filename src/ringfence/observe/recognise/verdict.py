@@ -89,6 +89,7 @@ def families(f: FlowFacts) -> I64:
         (Family.SSH, (f.count(Label.SSH_BANNER) > 0) | (f.count(*SSH_BINARY) >= 2)),
         (Family.WIREGUARD, f.count(Label.WG_INIT, Label.WG_RESP, Label.WG_COOKIE, Label.WG_DATA) > 0),
         (Family.QUIC, f.count(*QUIC_LABELS) > 0),
+        (Family.OPENVPN, f.count(Label.OVPN_RESET, Label.OVPN_RESET_AUTH, Label.OVPN_RESET_CRYPT) > 0),
         (Family.GQUIC, f.count(Label.GQUIC_HS) > 0),
         (Family.DTLS, f.count(Label.DTLS_HS, Label.DTLS_APP, Label.DTLS_OTHER) >= 2),
         (Family.IKE, f.count(Label.IKE1, Label.IKE2, Label.NAT_KEEPALIVE) > 0),
