@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import pyarrow as pa
 
@@ -160,6 +160,11 @@ def _swapped_credential(site: Site, node: str, cert_dir: Path, replacement: Path
         tls_run.push_credential(rt, node, cert_dir)
 
 
+#: How long a drill waits for the node to read a shard before it starts, and to try the swapped credential after.
+_READY_S: Final = 60.0
+_ATTEMPT_S: Final = 30.0
+
+
 def fail_closed_tls(
     cluster: Cluster, policy: Policy, work: Path, *, node: str = "worker-0", seconds: float = 3.0
 ) -> FailClosedResult:
@@ -170,7 +175,13 @@ def fail_closed_tls(
     cert_dir = Path(info["pki"]) / "nodes" / node
     ident = info["nodes"][node]["identity"]
     foreign = tls_run.issue_foreign(work / "foreign", ident)
+    # The drill needs the node to *try*: after an earlier drill its worker may still be in TCP back-off on its
+    # collective, sending no storage request at all. Start only once it reads again (as observed), and capture
+    # windows until it has been refused or has read something — bounded by a deadline, not a count, so a busy
+    # machine's slower job is waited for.
+    reading = wait_progress(cluster, node, "shards_read", _READY_S)
     t0 = time.time()
+
     def refused(since: float) -> list[dict[str, Any]]:
         return [
             e
@@ -181,10 +192,8 @@ def fail_closed_tls(
 
     with _swapped_credential(cluster.site(), node, cert_dir, foreign):
         time.sleep(1.0)
-        # The drill needs the node to *try*: a worker still waiting on its collective (e.g. in TCP back-off
-        # after an earlier drill) sends no storage request in a short window. Capture again, up to three
-        # windows, until it has either been refused or read something.
-        for _ in range(3):
+        deadline = time.monotonic() + _ATTEMPT_S
+        while True:
             t_window = time.time()
             before = cluster.agent_status()[f"{node}-worker"]["counters"]
             flows = capture_flows(cluster, seconds, work / "failclosed-tls.pcap", policy)
@@ -192,12 +201,16 @@ def fail_closed_tls(
             # judged on a window that holds the attempt: refused (or, failing closed not at all, read) in it
             if refused(t_window) or after.get("shards_read", 0) > before.get("shards_read", 0):
                 break
-    recovered = wait_progress(cluster, node, "shards_read", 20.0)
+            if time.monotonic() >= deadline:
+                break
+    recovered = wait_progress(cluster, node, "shards_read", _READY_S)
     refusals = refused(t0)
     plain, seen = plaintext_from(flows, "storage", {cluster.site().address(node)})
     read = after.get("shards_read", 0) - before.get("shards_read", 0)
     stopped = read == 0 and bool(refusals)
     error = refusals[0]["reason"] if refusals else "no refusal was logged"
+    if not refusals and not reading:
+        error += f" ({node} read no shard in {_READY_S:.0f}s before the drill: nothing tried the foreign certificate)"
     ok = stopped and plain == 0
     return FailClosedResult(
         "tls",
