@@ -87,6 +87,23 @@ def select(p: Packets, out: Labeller, cand: Bool) -> tuple[I64, U8, I64, I64]:
     return idx, p.head[idx], p.length[idx], p.valid[idx]
 
 
+def narrow(p: Packets, out: Labeller, first: Bool) -> tuple[I64, U8]:
+    """The free rows that pass a cheap, selective first test, and their leading columns ``(N_COLS, k)``: the
+    further tests then run on those rows only, not on every sampled packet."""
+    idx = np.flatnonzero(first & out.free)
+    return idx, p.cols[:, idx]
+
+
+def take(p: Packets, idx: I64) -> tuple[I64, U8, I64, I64]:
+    """Rows ``idx`` as :func:`select` gives them: (indices, heads, payload lengths, bytes in head)."""
+    return idx, p.head[idx], p.length[idx], p.valid[idx]
+
+
+def table(values: tuple[int, ...] | list[int] | range) -> Bool:
+    """A 256-entry lookup: which byte values are in ``values`` (index it with a column of bytes)."""
+    return np.asarray(np.isin(np.arange(256), list(values)))
+
+
 def be16(s: U8, i: int) -> I64:
     """Big-endian 16-bit field at byte ``i`` of every row."""
     return (s[:, i].astype(np.int64) << 8) | s[:, i + 1]
@@ -155,7 +172,10 @@ __all__ = [
     "count_in",
     "is_digit",
     "le",
+    "narrow",
     "prefix",
     "printable",
     "select",
+    "table",
+    "take",
 ]

@@ -23,7 +23,9 @@ from ringfence.observe.recognise._bytes import (
     be16_at,
     be32,
     is_digit,
+    narrow,
     select,
+    take,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -331,16 +333,16 @@ def ptp(p: Packets, out: Labeller) -> None:
     whose TLVs are all read and none is AUTHENTICATION, is not authenticated; one whose TLVs run past the head is
     labelled apart (its protection is not visible). Unauthenticated management messages (pmc's GET/SET of the
     clock's data sets) are labelled apart too."""
-    c = p.cols
-    port = np.zeros(p.m, dtype=np.bool_)
+    idx, cc = narrow(p, out, (p.cols[1] & 0x0F) == 2)  # versionPTP
+    port = np.zeros(idx.size, dtype=np.bool_)
     for number in PTP_PORTS:
-        port |= p.port(number)
-    base = _PTP_BASE[c[0] & 0x0F]
-    cand = (p.proto == _UDP) & port & ((c[1] & 0x0F) == 2) & (base > 0) & (p.length >= base)
-    idx, s, length, v = select(p, out, cand)
+        port |= (p.sport[idx] == number) | (p.dport[idx] == number)
+    base = _PTP_BASE[cc[0] & 0x0F]
+    keep = (p.proto[idx] == _UDP) & port & (base > 0) & (p.length[idx] >= base)
+    idx, s, length, v = take(p, idx[keep])
     if idx.size == 0:
         return
-    size, base = be16(s, 2), base[idx]
+    size, base = be16(s, 2), base[keep]
     # The datagram is the message (IPv6 event messages may carry 2 more bytes, Annex D.3's checksum trailer), and
     # minorVersionPTP is 0 (2008) or 1 (2019): with the length merely within the datagram, a random datagram on
     # 319/320 passed one in ~2,500.

@@ -24,9 +24,11 @@ from ringfence.observe.recognise._bytes import (
     be16,
     be32,
     is_digit,
+    narrow,
     prefix,
     printable,
-    select,
+    table,
+    take,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -51,7 +53,8 @@ _MC_REQUEST: Final = 0x80
 _MC_RESPONSE: Final = 0x81
 _MC_HEADER: Final = 24
 #: Opcodes memcached implements (protocol_binary.h): get … gatkq (0x00-0x1E) and the SASL trio.
-_MC_OPCODES: Final = np.isin(np.arange(256), [*range(0x1F), 0x20, 0x21, 0x22])
+_MC_OPCODES: Final = table([*range(0x1F), 0x20, 0x21, 0x22])
+_MC_EXTRAS: Final = table((0, 4, 8, 20))
 #: Response statuses (protocol_binary.h): success … locked, auth error/continue, unknown command … busy.
 _MC_STATUS: Final = (*range(0x0A), 0x20, 0x21, 0x81, 0x82, 0x83, 0x84, 0x85, 0x86)
 _MC_SASL_AUTH: Final = (0x21, 0x22)  # SASL auth, SASL step: the mechanism's data
@@ -67,6 +70,10 @@ _MC_TEXT: Final = (
     (b"prepend ", ("KNNN", "KNNNK")),
     (b"cas ", ("KNNNN", "KNNNNK")),
 )
+#: The first two bytes of each fully checked text line, for a cheap gate: (first byte, second byte) → candidate.
+_MC_PAIRS: Final = np.zeros((256, 256), dtype=np.bool_)
+for _word, _ in _MC_TEXT:
+    _MC_PAIRS[_word[0], _word[1]] = True
 MEMCACHED_PORT: Final = 11211
 #: Commands recognised by their word alone on memcached's port: retrieval, deletion, arithmetic, meta commands.
 _MC_PORT_WORDS: Final = (b"get ", b"gets ", b"gat ", b"gats ", b"delete ", b"incr ", b"decr ", b"touch ",
@@ -87,9 +94,12 @@ _ZK_WORDS: Final = (b"ruok", b"stat", b"srvr", b"mntr", b"conf", b"cons", b"crst
 _CQL_HEADER: Final = 9
 _CQL_VERSIONS: Final = (3, 4, 5)  # protocol v3-v5: a 9-byte header; the response sets the high bit
 #: Request opcodes: STARTUP, OPTIONS, QUERY, PREPARE, EXECUTE, REGISTER, BATCH, AUTH_RESPONSE.
-_CQL_REQUESTS: Final = np.isin(np.arange(256), [0x01, 0x05, 0x07, 0x09, 0x0A, 0x0B, 0x0D, 0x0F])
+_CQL_REQUESTS: Final = [0x01, 0x05, 0x07, 0x09, 0x0A, 0x0B, 0x0D, 0x0F]
 #: Response opcodes: ERROR, READY, AUTHENTICATE, SUPPORTED, RESULT, EVENT, AUTH_CHALLENGE, AUTH_SUCCESS.
-_CQL_RESPONSES: Final = np.isin(np.arange(256), [0x00, 0x02, 0x03, 0x06, 0x08, 0x0C, 0x0E, 0x10])
+_CQL_RESPONSES: Final = [0x00, 0x02, 0x03, 0x06, 0x08, 0x0C, 0x0E, 0x10]
+_CQL_FIRST: Final = table([*_CQL_VERSIONS, *(0x80 | v for v in _CQL_VERSIONS)])
+#: (direction bit, opcode) → an opcode of that direction.
+_CQL_OPS: Final = np.stack([table(_CQL_REQUESTS), table(_CQL_RESPONSES)])
 _CQL_AUTH_RESPONSE: Final = 0x0F
 _CQL_FRAME_MAX: Final = 256 << 20  # native_transport_max_frame_size ceiling
 
@@ -171,8 +181,8 @@ def redis(p: Packets, out: Labeller) -> None:
     (RESP2/RESP3 types, numbers and lines checked to their CRLF); and the cluster bus's ``RCmb`` messages."""
     c = p.cols
     tcp = p.proto == _TCP
-    cand = tcp & (c[0] == 0x2A) & is_digit(c[1]) & (c[1] != 0x30) & (p.length >= 14)
-    idx, s, _, v = select(p, out, cand)
+    idx, cc = narrow(p, out, c[0] == 0x2A)
+    idx, s, _, v = take(p, idx[(p.proto[idx] == _TCP) & is_digit(cc[1]) & (cc[1] != 0x30) & (p.length[idx] >= 14)])
     if idx.size:
         n_end = number_end(s, np.ones(idx.size, np.int64), 6)
         bulk = n_end + 2
@@ -201,8 +211,9 @@ def redis(p: Packets, out: Labeller) -> None:
         if flows.size:
             rows = np.flatnonzero(out.free & tcp & np.isin(p.flow, flows))
             out.assign(rows, _codes(_resp_reply(p.head[rows]), Label.REDIS_REPLY))
-    cand = tcp & (c[0] == 0x52) & (c[1] == 0x43) & (c[2] == 0x6D) & (c[3] == 0x62) & (p.length >= 14)
-    idx, s, _, _ = select(p, out, cand & (c[8] == 0) & (c[9] == 1))  # clusterMsg.ver is 1
+    idx, cc = narrow(p, out, c[0] == 0x52)
+    bus = (cc[1] == 0x43) & (cc[2] == 0x6D) & (cc[3] == 0x62) & (cc[8] == 0) & (cc[9] == 1)  # clusterMsg.ver is 1
+    idx, s, _, _ = take(p, idx[bus & (p.proto[idx] == _TCP) & (p.length[idx] >= 14)])
     if idx.size:
         size = be32(s, 4)
         ok = (size >= 14) & (size <= _REDIS_CLUSTER_MAX) & (be16(s, 12) <= _REDIS_CLUSTER_TYPES)
@@ -225,8 +236,9 @@ def memcached(p: Packets, out: Labeller) -> None:
     protocol (a VALUE line or a storage command, every field checked; on port 11211 the other commands by their
     word). SASL auth/step messages are labelled apart: PLAIN, memcached's usual mechanism, sends the password."""
     c = p.cols
-    cand = (p.proto == _TCP) & ((c[0] == _MC_REQUEST) | (c[0] == _MC_RESPONSE)) & _MC_OPCODES[c[1]] & (c[5] == 0)
-    idx, s, length, _ = select(p, out, cand & (p.length >= _MC_HEADER) & np.isin(c[4], (0, 4, 8, 20)))
+    idx, cc = narrow(p, out, (c[0] & 0xFE) == _MC_REQUEST)  # 0x80 or 0x81
+    keep = (p.proto[idx] == _TCP) & _MC_OPCODES[cc[1]] & (cc[5] == 0) & _MC_EXTRAS[cc[4]]
+    idx, s, length, _ = take(p, idx[keep & (p.length[idx] >= _MC_HEADER)])
     if idx.size:
         key, extras, body = be16(s, 2), s[:, 4].astype(np.int64), be32(s, 8)
         ok = (key <= _MC_KEY_MAX) & (body >= key + extras) & (body <= _MC_BODY_MAX)
@@ -237,8 +249,8 @@ def memcached(p: Packets, out: Labeller) -> None:
         ok &= (nxt >= length) | ((nxt < HEAD) & (at(s, nxt) == s[:, 0]) & (at(s, nxt + 5) == 0))
         sasl = np.isin(s[:, 1], _MC_SASL_AUTH) & ~response
         out.assign(idx, np.select([ok & sasl, ok], [Label.MEMCACHED_SASL, Label.MEMCACHED], 0).astype(np.int64))
-    letters = (p.proto == _TCP) & (((c[0] >= 0x61) & (c[0] <= 0x76)) | (c[0] == 0x56))
-    idx, s, _, _ = select(p, out, letters & (p.length >= 6))
+    idx, cc = narrow(p, out, _MC_PAIRS[c[0], c[1]] | (p.port(MEMCACHED_PORT) & (c[0] >= 0x61)))
+    idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & (p.length[idx] >= 6)])
     if idx.size == 0:
         return
     ok = np.zeros(idx.size, dtype=np.bool_)
@@ -261,8 +273,10 @@ def zookeeper(p: Packets, out: Labeller) -> None:
     with one of those, every message whose length is in bounds; on port 2181 a four-letter admin word."""
     c = p.cols
     tcp = p.proto == _TCP
-    cand = tcp & (c[0] == 0) & (c[1] == 0) & (c[2] == 0) & np.isin(c[3], (0x08, 0x10, 0x24, 0x25, 0x2C, 0x2D))
-    idx, s, length, v = select(p, out, cand & (p.length >= 12))
+    zero, cz = narrow(p, out, (c[0] == 0) & (c[1] == 0))  # a length under 64 kB
+    on_tcp = p.proto[zero] == _TCP
+    fixed = on_tcp & (cz[2] == 0) & np.isin(cz[3], (0x08, 0x10, 0x24, 0x25, 0x2C, 0x2D)) & (p.length[zero] >= 12)
+    idx, s, length, v = take(p, zero[fixed])
     proven = np.zeros(0, dtype=np.int64)
     if idx.size:
         size = be32(s, 0)
@@ -276,8 +290,8 @@ def zookeeper(p: Packets, out: Labeller) -> None:
         ok = request | reply | ping | pong
         out.assign(idx, _codes(ok, Label.ZOOKEEPER))
         proven = p.flow[idx[ok]]
-    cand = tcp & (c[0] == 0) & (c[4] == 0xFF) & (c[5] == 0xFF) & (c[6] == 0xFF) & (c[7] == 0xFC) & (c[11] == 0x64)
-    idx, s, length, v = select(p, out, cand & (p.length >= 24))
+    auth = on_tcp & (cz[4] == 0xFF) & (cz[5] == 0xFF) & (cz[6] == 0xFF) & (cz[7] == 0xFC) & (cz[11] == 0x64)
+    idx, s, length, v = take(p, zero[auth & (p.length[zero] >= 24)])
     if idx.size:
         size, scheme = be32(s, 0), be32(s, 16)
         # xid, type, auth type, the scheme's length and bytes, the credential's length: 20 bytes and the scheme
@@ -294,7 +308,9 @@ def zookeeper(p: Packets, out: Labeller) -> None:
         s = p.head[rows]
         size = be32(s, 0)
         out.assign(rows, _codes((size >= 4) & (size <= _ZK_MESSAGE_MAX), Label.ZK_MESSAGE))
-    idx, s, _, _ = select(p, out, tcp & (p.length == 4) & (p.port(ZOOKEEPER_PORT)))
+    idx, _ = narrow(p, out, p.length == 4)
+    on_port = (p.sport[idx] == ZOOKEEPER_PORT) | (p.dport[idx] == ZOOKEEPER_PORT)
+    idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & on_port])
     if idx.size:
         ok = np.any([prefix(s, 0, word) for word in _ZK_WORDS], axis=0)
         out.assign(idx, _codes(ok, Label.ZK_WORD))
@@ -306,12 +322,9 @@ def cassandra(p: Packets, out: Labeller) -> None:
     256 MB — and that body ending the packet exactly or the next frame's header following it, so the ~15 bits of
     fixed fields are not all the evidence. AUTH_RESPONSE frames are labelled apart (PasswordAuthenticator's SASL
     PLAIN token holds the password)."""
-    c = p.cols
-    version = c[0] & 0x7F
-    cand = (p.proto == _TCP) & np.isin(version, _CQL_VERSIONS) & (c[1] < 0x20) & (c[5] < 0x10)
-    response = c[0] >= 0x80
-    cand &= np.where(response, _CQL_RESPONSES[c[4]], _CQL_REQUESTS[c[4]])
-    idx, s, length, v = select(p, out, cand & (p.length >= _CQL_HEADER))
+    idx, cc = narrow(p, out, _CQL_FIRST[p.cols[0]])
+    keep = (p.proto[idx] == _TCP) & (cc[1] < 0x20) & (cc[5] < 0x10) & _CQL_OPS[cc[0] >> 7, cc[4]]
+    idx, s, length, v = take(p, idx[keep & (p.length[idx] >= _CQL_HEADER)])
     if idx.size == 0:
         return
     body = be32(s, 5)

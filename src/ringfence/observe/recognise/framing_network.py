@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, be32, select
+from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, be32, narrow, select, take
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -99,12 +99,12 @@ def bfd(p: Packets, out: Labeller) -> None:
     """BFD control packets (RFC 5880 §4.1) on their UDP ports: version 1, a defined diagnostic (0-8), the M bit
     clear, a non-zero detect multiplier and My Discriminator, and a Length equal to the datagram's — 24 bytes, or
     24 and the authentication section the A bit announces: a simple password (in clear), or keyed MD5/SHA1."""
-    c = p.cols
-    port = np.zeros(p.m, dtype=np.bool_)
+    idx, c = narrow(p, out, p.cols[3] == p.length)  # Length, one byte: the datagram's
+    port = np.zeros(idx.size, dtype=np.bool_)
     for number in BFD_PORTS:
-        port |= p.port(number)
-    cand = (p.proto == _UDP) & port & ((c[0] >> 5) == 1) & ((c[0] & 0x1F) <= 8) & ((c[1] & 1) == 0) & (c[2] > 0)
-    idx, s, length, v = select(p, out, cand & (p.length >= _BFD_HEADER) & (c[3] == p.length))
+        port |= (p.sport[idx] == number) | (p.dport[idx] == number)
+    keep = port & (p.proto[idx] == _UDP) & ((c[0] >> 5) == 1) & ((c[0] & 0x1F) <= 8) & ((c[1] & 1) == 0) & (c[2] > 0)
+    idx, s, length, v = take(p, idx[keep & (p.length[idx] >= _BFD_HEADER)])
     if idx.size == 0:
         return
     ok = be32(s, 4) != 0

@@ -27,9 +27,11 @@ from ringfence.observe.recognise._bytes import (
     count_in,
     is_digit,
     le,
+    narrow,
     prefix,
     printable,
     select,
+    take,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -313,9 +315,9 @@ def dns(p: Packets, out: Labeller) -> None:
         if idx.size:
             ok = _dns_question(s, base + 12, v)
             out.assign(idx, np.where(ok, Label.DNS, 0).astype(np.int64))
-    answers = (c[6].astype(np.int64) << 8) | c[7]
-    mdns = udp & p.port(MDNS_PORT) & (c[4] == 0) & (c[5] == 0) & ((c[2] & 0xF8) == 0x80) & ((c[3] & 0x40) == 0)
-    idx, s, _, v = select(p, out, mdns & (answers >= 1) & (p.length >= 17))
+    idx, cc = narrow(p, out, p.port(MDNS_PORT))
+    mdns = (p.proto[idx] == _UDP) & (cc[4] == 0) & (cc[5] == 0) & ((cc[2] & 0xF8) == 0x80) & ((cc[3] & 0x40) == 0)
+    idx, s, _, v = take(p, idx[mdns & ((cc[6] > 0) | (cc[7] > 0)) & (p.length[idx] >= 17)])
     if idx.size:
         out.assign(idx, np.where(_dns_question(s, 12, v), Label.DNS, 0).astype(np.int64))
 

@@ -15,7 +15,7 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, at, be16_at, select
+from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, at, be16_at, narrow, table, take
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -23,6 +23,9 @@ _UDP: Final = 17
 _RESET_CLIENT_V2: Final = 7
 _RESET_SERVER_V2: Final = 8
 _RESET_CLIENT_V3: Final = 10  # tls-crypt-v2: the wrapped client key follows
+#: First bytes of a hard reset: its opcode and any key id.
+_RESET_OPS: Final = table([op << 3 | key for op in (_RESET_CLIENT_V2, _RESET_SERVER_V2, _RESET_CLIENT_V3)
+                           for key in range(8)])  # fmt: skip
 _CONTROL: Final = (3, 4, 5, 11)  # SOFT_RESET_V1, CONTROL_V1, ACK_V1, CONTROL_WKC_V1
 _DATA_V1: Final = 6
 _DATA_V2: Final = 9
@@ -74,12 +77,18 @@ def openvpn(p: Packets, out: Labeller) -> None:
     """OpenVPN hard resets (plain, tls-auth or tls-crypt layouts), then in their flows the control, ack and data
     packets; data packets that hold a whole IP packet in clear are labelled apart."""
     c = p.cols
-    tcp = (p.proto == _TCP) & (((c[0].astype(np.int64) << 8) | c[1]) == p.length - 2)
     proven = []
-    for base, rows in ((0, p.proto == _UDP), (2, tcp)):
-        op = c[base] >> 3
-        cand = rows & np.isin(op, (_RESET_CLIENT_V2, _RESET_SERVER_V2, _RESET_CLIENT_V3))
-        idx, s, length, _ = select(p, out, cand & (p.length >= base + 14))
+    for base in (0, 2):
+        idx, cc = narrow(p, out, _RESET_OPS[c[base]])
+        rows = (p.proto[idx] == _UDP) if base == 0 else (p.proto[idx] == _TCP) & _framed(cc, p.length[idx])
+        idx, s, length, _ = take(p, idx[rows & (p.length[idx] >= base + 14)])
+        # a cheap gate before the layouts: byte 9 (an ack count, or a small packet id's high byte) or the high bytes
+        # of tls-auth's packet id after either HMAC are zero-ish
+        pid = base + _SESSION
+        gate = s[:, pid] <= 1
+        for hmac in _HMACS:
+            gate |= (s[:, pid + hmac] == 0) & (s[:, pid + hmac + 1] == 0) & (s[:, pid + hmac + 2] == 0)
+        idx, s, length = idx[gate], s[gate], length[gate]
         if idx.size == 0:
             continue
         plain, auth, crypt = _resets(s, base, length)
@@ -89,8 +98,10 @@ def openvpn(p: Packets, out: Labeller) -> None:
     flows = np.concatenate(proven) if proven else np.zeros(0, dtype=np.int64)
     if flows.size == 0:
         return
-    for base, rows in ((0, p.proto == _UDP), (2, tcp)):
-        idx, s, length, _ = select(p, out, rows & np.isin(p.flow, flows) & (p.length >= base + 2))
+    for base in (0, 2):
+        idx, cc = narrow(p, out, np.isin(p.flow, flows))
+        rows = (p.proto[idx] == _UDP) if base == 0 else (p.proto[idx] == _TCP) & _framed(cc, p.length[idx])
+        idx, s, length, _ = take(p, idx[rows & (p.length[idx] >= base + 2)])
         if idx.size == 0:
             continue
         op = s[:, base] >> 3
@@ -105,6 +116,11 @@ def openvpn(p: Packets, out: Labeller) -> None:
             [clear, data, np.isin(op, _CONTROL)], [Label.OVPN_CLEAR, Label.OVPN_DATA, Label.OVPN_CONTROL], 0
         )
         out.assign(idx, codes.astype(np.int64))
+
+
+def _framed(cc: U8, length: I64) -> Bool:
+    """Rows whose first two bytes are the length of the rest: OpenVPN's framing over TCP."""
+    return np.asarray(((cc[0].astype(np.int64) << 8) | cc[1]) == length - 2)
 
 
 __all__ = ["openvpn"]
