@@ -122,6 +122,15 @@ def test_memcached_text_lines_are_checked_field_by_field() -> None:
         assert verdict(Flow(dport=11300).fwd(bad + rand(40)))[1] != "memcached", bad
 
 
+def test_memcached_over_udp_names_its_reflection_risk() -> None:
+    frame = struct.pack(">HHHH", 7, 0, 1, 0)
+    got = verdict(Flow(proto=17, sport=40000, dport=11211).fwd(frame + b"stats\r\n").back(frame + b"STAT pid 1\r\n"))
+    assert got[:2] == ("plaintext", "memcached") and "2 UDP datagrams" in got[2] and "CVE-2018-1000115" in got[2]
+    for bad in (struct.pack(">HHHH", 7, 1, 1, 0), struct.pack(">HHHH", 7, 0, 1, 9)):  # past the count; reserved
+        assert verdict(Flow(proto=17, sport=40000, dport=11211).fwd(bad + b"stats\r\n"))[1] != "memcached"
+    assert verdict(Flow(proto=17, sport=40000, dport=11311).fwd(frame + b"stats\r\n"))[1] != "memcached"
+
+
 def zk_connect(size: int = 45, passwd: int = 16) -> bytes:
     body = struct.pack(">iqiqi", 0, 0x100000012, 30000, 0, passwd) + rand(passwd) + (b"\0" if size == 45 else b"")
     return struct.pack(">i", size) + body

@@ -33,6 +33,7 @@ from ringfence.observe.recognise._bytes import (
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
+_UDP: Final = 17
 _CR: Final = 0x0D
 _LF: Final = 0x0A
 _SPACE: Final = 0x20
@@ -75,6 +76,10 @@ _MC_PAIRS: Final = np.zeros((256, 256), dtype=np.bool_)
 for _word, _ in _MC_TEXT:
     _MC_PAIRS[_word[0], _word[1]] = True
 MEMCACHED_PORT: Final = 11211
+_MC_UDP_FRAME: Final = 8
+#: Reply lines a memcached server sends (protocol.txt), seen over UDP after the frame header.
+_MC_UDP_REPLIES: Final = (b"END\r\n", b"STAT ", b"STORED\r\n", b"NOT_FOUND\r\n", b"VERSION ", b"ERROR", b"EN\r\n",
+                          b"HD", b"VA ")  # fmt: skip
 #: Commands recognised by their word alone on memcached's port: retrieval, deletion, arithmetic, meta commands.
 _MC_PORT_WORDS: Final = (b"get ", b"gets ", b"gat ", b"gats ", b"delete ", b"incr ", b"decr ", b"touch ",
                          b"stats\r\n", b"stats ", b"version\r\n", b"mg ", b"ms ", b"md ", b"ma ",
@@ -249,6 +254,7 @@ def memcached(p: Packets, out: Labeller) -> None:
         ok &= (nxt >= length) | ((nxt < HEAD) & (at(s, nxt) == s[:, 0]) & (at(s, nxt + 5) == 0))
         sasl = np.isin(s[:, 1], _MC_SASL_AUTH) & ~response
         out.assign(idx, np.select([ok & sasl, ok], [Label.MEMCACHED_SASL, Label.MEMCACHED], 0).astype(np.int64))
+    _memcached_udp(p, out)
     idx, cc = narrow(p, out, _MC_PAIRS[c[0], c[1]] | (p.port(MEMCACHED_PORT) & (c[0] >= 0x61)))
     idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & (p.length[idx] >= 6)])
     if idx.size == 0:
@@ -264,6 +270,23 @@ def memcached(p: Packets, out: Labeller) -> None:
         for word in _MC_PORT_WORDS:
             ok |= on_port & prefix(s, 0, word)
     out.assign(idx, _codes(ok, Label.MEMCACHED_TEXT))
+
+
+def _memcached_udp(p: Packets, out: Labeller) -> None:
+    """memcached over UDP on its port (protocol.txt "UDP protocol"): an 8-byte frame header (request id, sequence
+    number below the datagram count, reserved zero), then a text command or reply line, or a binary header."""
+    idx, cc = narrow(p, out, p.port(MEMCACHED_PORT))
+    frame = (p.proto[idx] == _UDP) & (cc[6] == 0) & (cc[7] == 0) & (p.length[idx] >= _MC_UDP_FRAME + 3)
+    idx, s, _, _ = take(p, idx[frame])
+    if idx.size == 0:
+        return
+    total = be16(s, 4)
+    ok = (total >= 1) & (be16(s, 2) < total)
+    line = np.zeros(idx.size, dtype=np.bool_)
+    for word in (*_MC_PORT_WORDS, *(w for w, _ in _MC_TEXT), *_MC_UDP_REPLIES):
+        line |= prefix(s, _MC_UDP_FRAME, word)
+    binary = np.isin(s[:, _MC_UDP_FRAME], (_MC_REQUEST, _MC_RESPONSE)) & _MC_OPCODES[s[:, _MC_UDP_FRAME + 1]]
+    out.assign(idx, _codes(ok & (line | binary), Label.MEMCACHED_UDP))
 
 
 def zookeeper(p: Packets, out: Labeller) -> None:

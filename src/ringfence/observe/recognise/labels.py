@@ -227,6 +227,7 @@ class Label(IntEnum):
     OVPN_CONTROL = 185  # a control/ack packet in an OpenVPN flow: the control channel's TLS
     OVPN_DATA = 186  # a data packet (P_DATA_V1/V2) in an OpenVPN flow
     OVPN_CLEAR = 187  # a data packet whose body is a whole IP packet in clear (--cipher none)
+    MEMCACHED_UDP = 188  # memcached over UDP: a frame header, then a command or reply
 
 
 #: Number of label codes (array dimension for per-flow counts).

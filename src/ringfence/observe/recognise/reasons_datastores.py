@@ -28,9 +28,15 @@ def _redis(r: Row) -> Verdict:
 
 def _memcached(r: Row) -> Verdict:
     binary, sasl, text = r.c(Label.MEMCACHED), r.c(Label.MEMCACHED_SASL), r.c(Label.MEMCACHED_TEXT)
+    udp = r.c(Label.MEMCACHED_UDP)
     parts = ([f"{_n(binary + sasl, 'binary protocol message')}"] if binary + sasl else []) + (
         [f"{_n(text, 'text protocol command/VALUE line')}"] if text else []
     )
+    if udp:
+        parts.append(
+            f"{_n(udp, 'UDP datagram')} (memcached's UDP port answers a small forged request with a large reply: "
+            "the reflection vector of CVE-2018-1000115; disable it with -U 0)"
+        )
     how = (
         f"; {_n(sasl, 'SASL auth message')} (PLAIN, memcached's mechanism, carries the password)"
         if sasl

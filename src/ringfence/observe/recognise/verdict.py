@@ -39,6 +39,7 @@ _LDAP = (Label.LDAP_SIMPLE_BIND, Label.LDAP_SASL_BIND, Label.LDAP_STARTTLS, Labe
 _MYSQL = (Label.MYSQL_GREETING, Label.MYSQL_SSLREQ, Label.MYSQL_LOGIN)
 _RDP = (Label.RDP_NEG_TLS, Label.RDP_NEG_STD)
 _PPP = (Label.PPP_CONTROL, Label.PPP_PAP, Label.PPP_MPPE)
+_MEMCACHED = (Label.MEMCACHED, Label.MEMCACHED_SASL, Label.MEMCACHED_TEXT, Label.MEMCACHED_UDP)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def families(f: FlowFacts) -> I64:
         (Family.MONGODB, f.count(Label.MONGODB) > 0),
         # replies and in-flow messages are weak alone: a command, a connect or an auth makes the flow
         (Family.REDIS, f.count(Label.REDIS, Label.REDIS_AUTH, Label.REDIS_CLUSTER) > 0),
-        (Family.MEMCACHED, f.count(Label.MEMCACHED, Label.MEMCACHED_SASL, Label.MEMCACHED_TEXT) > 0),
+        (Family.MEMCACHED, f.count(*_MEMCACHED) > 0),
         (Family.ZOOKEEPER, f.count(Label.ZOOKEEPER, Label.ZK_DIGEST, Label.ZK_AUTH, Label.ZK_WORD) > 0),
         (Family.CASSANDRA, f.count(Label.CQL, Label.CQL_AUTH) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
