@@ -17,7 +17,7 @@ from ringfence.observe.samples import HEAD_BYTES, FlowKeys, PayloadSamples
 #: Ports of every protocol recognised, so no port-conditioned rule escapes the test.
 PORTS = [22, 23, 49, 67, 69, 88, 111, 123, 161, 179, 319, 320, 389, 443, 445, 500, 546, 547, 623, 988, 1194, 1701,
          1723, 1883, 1985, 2049, 2181, 3260, 3300, 3306, 3389, 3784, 4420, 4500, 4784, 4791, 5353, 5432, 5555, 5672,
-         6379, 6784, 6817, 9042, 9092, 11211, 16379, 51820]  # fmt: skip
+         6379, 6784, 6817, 7077, 7337, 8020, 9042, 9092, 9866, 11211, 16379, 51820]  # fmt: skip
 #: Transports of the random flows: TCP, UDP, and the IP protocols recognised without ports (IGMP, GRE, AH, OSPF,
 #: PIM, VRRP).
 PROTOS = [6, 17, 6, 17, 2, 47, 51, 89, 103, 112]

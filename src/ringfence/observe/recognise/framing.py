@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ringfence.observe.recognise import framing_apps as ap
+from ringfence.observe.recognise import framing_bigdata as bd
 from ringfence.observe.recognise import framing_datagram as dg
 from ringfence.observe.recognise import framing_datastores as ds
 from ringfence.observe.recognise import framing_messaging as mq
@@ -62,6 +63,9 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     ds.memcached,
     ds.zookeeper,
     ds.cassandra,
+    bd.hadoop_rpc,
+    bd.hdfs_data,
+    bd.spark,
     # then the storage and management protocols (_SERVICES, on their candidate rows only)
     st.dns,
     dg.ntp,

@@ -228,6 +228,19 @@ class Label(IntEnum):
     OVPN_DATA = 186  # a data packet (P_DATA_V1/V2) in an OpenVPN flow
     OVPN_CLEAR = 187  # a data packet whose body is a whole IP packet in clear (--cipher none)
     MEMCACHED_UDP = 188  # memcached over UDP: a frame header, then a command or reply
+    # Hadoop IPC, HDFS data transfer, Spark
+    HRPC_SIMPLE = 189  # a Hadoop IPC connection header with SIMPLE authentication
+    HRPC_SASL = 190  # … with SASL
+    HRPC_SASL_MSG = 191  # a SASL negotiation message (callId -33)
+    HRPC_WRAP = 192  # a SASL-wrapped call (state WRAP): integrity or privacy
+    HRPC_CALL = 193  # an RPC request in clear
+    HDFS_OP = 194  # a DataTransferProtocol op (READ_BLOCK, WRITE_BLOCK, …)
+    HDFS_SASL = 195  # the SASL data-transfer handshake (magic 0xDEADBEEF)
+    HDFS_PACKET = 196  # a block data packet in an HDFS data-transfer flow
+    SPARK = 197  # a Spark transport frame
+    SPARK_AUTH = 198  # an RpcRequest carrying spark.network.crypto's AuthMessage
+    SPARK_SASL = 199  # an RpcRequest carrying a SASL message (spark.authenticate)
+    SPARK_REPLY = 200  # an RpcResponse in a Spark flow that authenticates: perhaps the exchange's own reply
 
 
 #: Number of label codes (array dimension for per-flow counts).
@@ -294,6 +307,8 @@ CLEAR_APP_LABELS: Final = (
     Label.MEMCACHED_TEXT,
     Label.ZOOKEEPER,
     Label.CQL,
+    Label.HRPC_CALL,
+    Label.HDFS_OP,
 )
 
 
@@ -321,6 +336,8 @@ CLEAR_APP_WORDS: Final = {
     Label.MEMCACHED_TEXT: "memcached text command",
     Label.ZOOKEEPER: "ZooKeeper connect/ping",
     Label.CQL: "Cassandra CQL frame",
+    Label.HRPC_CALL: "Hadoop IPC call",
+    Label.HDFS_OP: "HDFS data-transfer op",
 }
 CLEAR_APP_PROTOCOL: Final = {
     Label.RPC_CALL_CLEAR: "onc-rpc",
@@ -345,6 +362,8 @@ CLEAR_APP_PROTOCOL: Final = {
     Label.MEMCACHED_TEXT: "memcached",
     Label.ZOOKEEPER: "zookeeper",
     Label.CQL: "cassandra",
+    Label.HRPC_CALL: "hadoop-rpc",
+    Label.HDFS_OP: "hdfs",
 }
 #: Cleartext messages that upgrade a connection to TLS, as a TLS verdict names them.
 UPGRADES: Final = {

@@ -67,11 +67,15 @@ PORT_HINTS: Final = {
     5432: "PostgreSQL",
     6379: "Redis",
     6443: "Kubernetes API (TLS)",
+    7077: "Spark",
+    7337: "Spark shuffle",
+    8020: "HDFS NameNode",
     6817: "Slurm",
     6818: "Slurm",
     8443: "TLS",
     9042: "Cassandra",
     9092: "Kafka",
+    9866: "HDFS DataNode",
     11211: "memcached",
     29500: "torch.distributed rendezvous",
     51820: "WireGuard",
@@ -152,6 +156,9 @@ class Family(IntEnum):
     PTP = 61
     BFD = 62
     OPENVPN = 63
+    HADOOP_RPC = 64
+    HDFS = 65
+    SPARK = 66
 
 
 # Layout of a flow signature (one integer column per flow in :func:`.verdict.decide`).

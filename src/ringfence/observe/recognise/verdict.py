@@ -18,6 +18,7 @@ from ringfence.observe.recognise import reasons as rs
 from ringfence.observe.recognise.labels import HTTP_LABELS, QUIC_LABELS, TLS_LABELS, TLS_STRONG, Label
 from ringfence.observe.recognise.reasons import PORT_HINTS, Family
 from ringfence.observe.recognise.reasons_apps import APP_HANDLERS
+from ringfence.observe.recognise.reasons_bigdata import BIGDATA_HANDLERS
 from ringfence.observe.recognise.reasons_datastores import DATASTORE_HANDLERS
 from ringfence.observe.recognise.reasons_messaging import MESSAGING_HANDLERS
 from ringfence.observe.recognise.reasons_network import NETWORK_HANDLERS
@@ -28,7 +29,7 @@ I64 = npt.NDArray[np.int64]
 SSH_BINARY = (Label.SSH_KEX, Label.SSH_NEWKEYS, Label.SSH_NEWKEYS_DATA)
 #: Every family's handler, in one explicit registry.
 HANDLERS: Final = {**rs.HANDLERS, **SERVICE_HANDLERS, **NETWORK_HANDLERS, **MESSAGING_HANDLERS, **TUNNEL_HANDLERS,
-                   **APP_HANDLERS, **DATASTORE_HANDLERS}  # fmt: skip
+                   **APP_HANDLERS, **DATASTORE_HANDLERS, **BIGDATA_HANDLERS}  # fmt: skip
 _RPC = (*(Label(i) for i in range(Label.RPC_CALL_CLEAR, Label.RPC_REPLY_GSS + 1)), Label.RPC_DENIED, Label.RPC_NULL,
         Label.RPC_TLS_PROBE, Label.RPC_STARTTLS)  # fmt: skip
 _SMB = tuple(Label(i) for i in range(Label.SMB1, Label.SMB3_COMPRESSED + 1))
@@ -39,6 +40,7 @@ _LDAP = (Label.LDAP_SIMPLE_BIND, Label.LDAP_SASL_BIND, Label.LDAP_STARTTLS, Labe
 _MYSQL = (Label.MYSQL_GREETING, Label.MYSQL_SSLREQ, Label.MYSQL_LOGIN)
 _RDP = (Label.RDP_NEG_TLS, Label.RDP_NEG_STD)
 _PPP = (Label.PPP_CONTROL, Label.PPP_PAP, Label.PPP_MPPE)
+_HADOOP = (Label.HRPC_SIMPLE, Label.HRPC_SASL, Label.HRPC_SASL_MSG, Label.HRPC_WRAP, Label.HRPC_CALL)
 _MEMCACHED = (Label.MEMCACHED, Label.MEMCACHED_SASL, Label.MEMCACHED_TEXT, Label.MEMCACHED_UDP)
 
 
@@ -130,6 +132,9 @@ def families(f: FlowFacts) -> I64:
         (Family.MEMCACHED, f.count(*_MEMCACHED) > 0),
         (Family.ZOOKEEPER, f.count(Label.ZOOKEEPER, Label.ZK_DIGEST, Label.ZK_AUTH, Label.ZK_WORD) > 0),
         (Family.CASSANDRA, f.count(Label.CQL, Label.CQL_AUTH) > 0),
+        (Family.HADOOP_RPC, f.count(*_HADOOP) > 0),
+        (Family.HDFS, f.count(Label.HDFS_OP, Label.HDFS_SASL, Label.HDFS_PACKET) > 0),
+        (Family.SPARK, f.count(Label.SPARK, Label.SPARK_AUTH, Label.SPARK_SASL, Label.SPARK_REPLY) > 0),
         (Family.RX, f.count(Label.RX_NULL, Label.RX_KAD, Label.RX_CTRL) > 0),
         (Family.DHCP, f.count(Label.DHCP) > 0),
         (Family.TFTP, f.count(Label.TFTP_REQ, Label.TFTP_DATA, Label.TFTP_ACK) > 0),
