@@ -121,6 +121,29 @@ def test_real_wireguard_go_tunnels_are_encrypted(name: str, data: int) -> None:
     assert f"{data} transport data messages" in str(row["reason"])
 
 
+@pytest.mark.parametrize(
+    ("mode", "protection", "words"),
+    [
+        # A real Spark 4.3 standalone cluster (Master, Worker, executor JVMs) on loopback, one reduceByKey job per
+        # mode, its transport's flows only (tests/assets/make_spark_captures.sh, snaplen 160): without
+        # authentication …
+        ("plain", "plaintext", "in clear"),
+        # … with spark.network.crypto: the AuthMessage header and body are written apart, then TransportCipher …
+        ("crypto", "encrypted", "TransportCipher"),
+        # … with SASL authentication and frames in clear after it …
+        ("sasl", "plaintext", "after SASL authentication"),
+        # … and with SASL encryption, which the packets do not show.
+        ("saslenc", "unknown", "enableSaslEncryption"),
+    ],
+)
+def test_real_spark_clusters_by_their_protection(mode: str, protection: str, words: str) -> None:
+    table, _, _, _ = pcap.PcapReader()._read(ASSETS / f"spark43-{mode}.pcap", None)
+    rows = table.to_pylist()
+    assert len(rows) == 6  # the job's six transport connections (to the master, the driver, the block managers)
+    assert {(r["protection"], r["protocol"]) for r in rows} == {(protection, "spark")}
+    assert all(words in str(r["reason"]) for r in rows), rows[0]["reason"]
+
+
 def test_quic_capture_cut_after_the_long_headers_is_handshake_only() -> None:
     _, keys, samples = read("quic_handshake.pcap")
     first = np.arange(samples.m) < 8  # the reader keeps the first packets in time order

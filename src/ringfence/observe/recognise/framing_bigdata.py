@@ -58,6 +58,9 @@ _STREAM_RESPONSE: Final = 7
 _STREAM_ID_MAX: Final = 40  # a stream id the head holds with the byte count after it
 _SPARK_AUTH_TAG: Final = 0xFB  # crypto.AuthMessage: spark.network.crypto.enabled
 _SPARK_SASL_TAG: Final = 0xEA  # sasl.SaslMessage: spark.authenticate over SASL DIGEST-MD5
+_APP_ID_MAX: Final = 40  # an app id the head holds with the field after it
+_SALT_MAX: Final = 32
+_KEY_FLOW: Final = 1 << 33  # body keys: flow, then the direction bit, then a 32-bit size
 
 
 def _codes(mask: Bool, label: Label) -> I64:
@@ -147,6 +150,7 @@ def spark(p: Packets, out: Labeller) -> None:
     starts with AuthMessage's tag (0xFB) is spark.network.crypto's key exchange; with SaslMessage's (0xEA),
     spark.authenticate's SASL; in such a flow an RpcResponse is labelled apart (it may be the exchange's reply)."""
     c = p.cols
+    negotiating = _spark_auth_bodies(p, out)
     idx, cc = narrow(p, out, (c[0] == 0) & (c[1] == 0) & (c[2] == 0) & (c[3] == 0))
     keep = (p.proto[idx] == _TCP) & (cc[8] <= _SPARK_TYPES) & (p.length[idx] >= 21)
     idx, s, length, v = take(p, idx[keep])
@@ -168,12 +172,45 @@ def spark(p: Packets, out: Labeller) -> None:
     request = ok & rpc & (v > 21)
     auth = request & (s[:, 21] == _SPARK_AUTH_TAG)
     sasl = request & (kind == _RPC_REQUEST) & (s[:, 21] == _SPARK_SASL_TAG)
-    # In a flow that authenticates, an RpcResponse may be the exchange's own reply (a SASL challenge): it proves
-    # neither way, so it is labelled apart; every other frame in clear proves the connection is not encrypted.
-    negotiating = np.isin(p.flow[idx], p.flow[idx[auth | sasl]])
-    reply = ok & (kind == _RPC_RESPONSE) & negotiating
+    # In a flow that authenticates, an RpcResponse may be the exchange's own reply (a SASL challenge), and an RPC
+    # header sent apart from its body may be the exchange's own (Spark writes the AuthMessage so): they prove
+    # neither way, so they are labelled apart; every other frame in clear proves the connection is not encrypted.
+    in_exchange = np.isin(p.flow[idx], np.concatenate([negotiating // _KEY_FLOW, p.flow[idx[auth | sasl]]]))
+    # a header written apart is the exchange's own when its body size is the length of an AuthMessage/SaslMessage
+    # body written apart in the same direction of the same flow
+    own = np.isin(_body_key(p.flow[idx], p.forward[idx], be32(s, 17)), negotiating)
+    reply = ok & in_exchange & ((kind == _RPC_RESPONSE) | (rpc & (length == 21) & own))
     codes = np.select([auth, sasl, reply, ok], [Label.SPARK_AUTH, Label.SPARK_SASL, Label.SPARK_REPLY, Label.SPARK], 0)
     out.assign(idx, codes.astype(np.int64))
+
+
+def _spark_auth_bodies(p: Packets, out: Labeller) -> I64:
+    """Label an AuthMessage (tag 0xFB, the app id, the salt, the ciphertext: each a 4-byte length and its bytes) or
+    a SaslMessage (tag 0xEA, the app id, the token) written apart from its RPC header, by those lengths adding up to
+    the packet exactly; returns their (flow, direction, length) keys (:func:`_body_key`)."""
+    c = p.cols
+    idx, cc = narrow(p, out, (c[0] == _SPARK_AUTH_TAG) | (c[0] == _SPARK_SASL_TAG))
+    keep = (p.proto[idx] == _TCP) & (cc[1] == 0) & (cc[2] == 0) & (cc[3] == 0) & (cc[4] <= _APP_ID_MAX)
+    idx, s, length, _ = take(p, idx[keep & (p.length[idx] >= 9)])
+    if idx.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    app = s[:, 4].astype(np.int64)
+    second = _be32_at(s, 5 + app)
+    auth = (s[:, 0] == _SPARK_AUTH_TAG) & (second <= _SALT_MAX)
+    auth &= 13 + app + second + _be32_at(s, 9 + app + second) == length
+    sasl = (s[:, 0] == _SPARK_SASL_TAG) & (9 + app + second == length)
+    out.assign(idx, np.select([auth, sasl], [Label.SPARK_AUTH, Label.SPARK_SASL], 0).astype(np.int64))
+    found = auth | sasl
+    return _body_key(p.flow[idx[found]], p.forward[idx[found]], length[found])
+
+
+def _body_key(flow: I64, forward: Bool, size: I64) -> I64:
+    """(flow, direction, body size) as one integer; ``key // _KEY_FLOW`` is the flow."""
+    return np.asarray(flow * _KEY_FLOW + forward.astype(np.int64) * (1 << 32) + size, dtype=np.int64)
+
+
+def _be32_at(s: U8, pos: I64) -> I64:
+    return (at(s, pos) << 24) | (at(s, pos + 1) << 16) | (at(s, pos + 2) << 8) | at(s, pos + 3)
 
 
 __all__ = ["hadoop_rpc", "hdfs_data", "spark"]
