@@ -144,6 +144,46 @@ def test_real_spark_clusters_by_their_protection(mode: str, protection: str, wor
     assert all(words in str(r["reason"]) for r in rows), rows[0]["reason"]
 
 
+def _assets(name: str) -> list[dict[str, object]]:
+    table, _, _, _ = pcap.PcapReader()._read(ASSETS / name, None)
+    return [r for r in table.to_pylist() if r["payload_bytes"]]
+
+
+def test_real_key_value_stores_and_zookeeper_are_plaintext_and_name_their_passwords() -> None:
+    # Debian 12's redis-server 7.0 (requirepass), memcached 1.6 (text, binary and UDP) and ZooKeeper 3.8 with zkCli
+    # on loopback (tests/assets/make_service_captures.sh)
+    redis = _assets("redis7.pcap")
+    assert len(redis) == 5 and {(r["protection"], r["protocol"]) for r in redis} == {("plaintext", "redis")}
+    assert all("1 AUTH sends the password itself" in str(r["reason"]) for r in redis)
+    memcached = _assets("memcached16.pcap")
+    assert len(memcached) == 6 and {(r["protection"], r["protocol"]) for r in memcached} == {("plaintext", "memcached")}
+    (udp,) = [r for r in memcached if r["proto"] == 17]
+    assert "CVE-2018-1000115" in str(udp["reason"])
+    assert {"binary" in str(r["reason"]) for r in memcached} == {True, False}
+    (zk,) = _assets("zookeeper38.pcap")
+    assert (zk["protection"], zk["protocol"]) == ("plaintext", "zookeeper")
+    assert "digest AuthPackets send user:password" in str(zk["reason"])
+
+
+@pytest.mark.parametrize(
+    ("mode", "protection", "words"),
+    [
+        # Two OpenVPN 2.6 processes on loopback (--dev null, a ping each second; make_service_captures.sh): the
+        # control channel without tls-auth, with tls-auth and with tls-crypt, over UDP, and over TCP …
+        ("plain", "encrypted", "without tls-auth/tls-crypt"),
+        ("tls-auth", "encrypted", "under tls-auth"),
+        ("tls-crypt", "encrypted", "under tls-crypt"),
+        ("tcp", "encrypted", "4 data packets"),
+        # … and with --data-ciphers none: the pings cross in clear, after their HMAC and packet id
+        ("cipher-none", "plaintext", "--cipher none"),
+    ],
+)
+def test_real_openvpn_sessions_by_their_data_channel(mode: str, protection: str, words: str) -> None:
+    (row,) = _assets(f"openvpn26-{mode}.pcap")
+    assert (row["protection"], row["protocol"]) == (protection, "openvpn"), row["reason"]
+    assert words in str(row["reason"])
+
+
 def test_quic_capture_cut_after_the_long_headers_is_handshake_only() -> None:
     _, keys, samples = read("quic_handshake.pcap")
     first = np.arange(samples.m) < 8  # the reader keeps the first packets in time order

@@ -54,7 +54,9 @@ def test_openvpn_over_tcp_and_on_another_port() -> None:
 
 
 def test_openvpn_without_a_cipher_is_plaintext() -> None:
-    for body in (ipv4(b"payload" * 5), struct.pack(">I", 9) + ipv4(rand(40)), b"\xfa" + ipv4(rand(40))):
+    ping = bytes.fromhex("2a187bf3641eb4cb07ed2d0a981fc748")  # the keepalive, after an HMAC-SHA1 and packet id
+    for body in (ipv4(b"payload" * 5), struct.pack(">I", 9) + ipv4(rand(40)), b"\xfa" + ipv4(rand(40)),
+                 rand(20) + struct.pack(">I", 3) + ping):  # fmt: skip
         flow = Flow(proto=17, sport=50000, dport=1194).fwd(reset(RESET_CLIENT), data(body))
         got = verdict(flow)
         assert got[:2] == ("plaintext", "openvpn") and "--cipher none" in got[2], body[:8]

@@ -6,7 +6,8 @@ that carry a session id and, in clear, an empty acknowledgement array and messag
 ``--tls-auth``, an HMAC, a replay packet id and a timestamp first; under ``--tls-crypt``, the packet id and
 timestamp then a 32-byte tag over an encrypted rest. In a flow that opened so, control/ack packets are the TLS
 handshake of the control channel and data packets (P_DATA_V1/V2) the data channel; a data packet whose body is
-an IP packet at one of the offsets ``--cipher none`` leaves it at is the tunnelled traffic in clear.
+an IP packet (or the keepalive ping's magic) at one of the offsets ``--cipher none`` leaves it at is the tunnelled
+traffic in clear.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ _PID_MAX: Final = 255  # a reset is among a session's first packets: its replay 
 #: 3-byte peer id): nothing, a 4-byte packet id, or a packet id after an HMAC-SHA1/SHA256; each also with the
 #: one-byte compression header before the packet.
 _CLEAR_OFFSETS: Final = (0, 4, 24, 36)
+#: The payload of OpenVPN's keepalive ping, sent every --ping seconds through the data channel.
+_PING: Final = bytes.fromhex("2a187bf3641eb4cb07ed2d0a981fc748")
 
 
 def _be32_at(s: U8, pos: I64) -> I64:
@@ -49,6 +52,15 @@ def _ip_at(s: U8, pos: I64, size: I64) -> Bool:
     v4 = (at(s, pos) == 0x45) & (be16_at(s, pos + 2) == size)
     v6 = ((at(s, pos) >> 4) == 6) & (be16_at(s, pos + 4) + 40 == size)
     return np.asarray(v4 | v6)
+
+
+def _ping_at(s: U8, pos: I64) -> Bool:
+    """Rows holding OpenVPN's keepalive ping (its 16-byte magic, ``ping.c``) at ``pos``: a data packet that carries
+    it readable is not encrypted."""
+    ok = np.ones(s.shape[0], dtype=np.bool_)
+    for k, byte in enumerate(_PING):
+        ok &= at(s, pos + k) == byte
+    return ok
 
 
 def _resets(s: U8, base: int, length: I64) -> tuple[Bool, Bool, Bool]:
@@ -112,6 +124,7 @@ def openvpn(p: Packets, out: Labeller) -> None:
             for comp in (0, 1):
                 start = body + offset + comp
                 clear |= data & _ip_at(s, start, length - start)
+            clear |= data & _ping_at(s, body + offset)
         codes = np.select(
             [clear, data, np.isin(op, _CONTROL)], [Label.OVPN_CLEAR, Label.OVPN_DATA, Label.OVPN_CONTROL], 0
         )

@@ -19,10 +19,13 @@ def _redis(r: Row) -> Verdict:
     cluster = r.c(Label.REDIS_CLUSTER)
     parts = []
     if commands + auth:
-        parts.append(f"{_n(commands + auth, 'RESP command')}" + (f" and {_n(replies, 'reply')}" if replies else ""))
+        answered = f" and {replies} {'reply' if replies == 1 else 'replies'}" if replies else ""
+        parts.append(f"{_n(commands + auth, 'RESP command')}{answered}")
     if cluster:
         parts.append(f"{_n(cluster, 'cluster bus message')} (node gossip and failover, unauthenticated)")
-    how = f"; {_n(auth, 'AUTH')} sends the password itself in clear (requirepass/ACL)" if auth else "; no AUTH sampled"
+    sends = "sends" if auth == 1 else "send"
+    how = f"; {_n(auth, 'AUTH')} {sends} the password itself in clear (requirepass/ACL)" if auth else ""
+    how = how or "; no AUTH sampled"
     return PLAIN, "redis", f"Redis: {' and '.join(parts)} in clear — keys and values readable{how}; {_TLS_NOTE}"
 
 
@@ -57,7 +60,7 @@ def _zookeeper(r: Row) -> Verdict:
         parts.append(f"{_n(words, 'four-letter admin command')}")
     how = ""
     if digest:
-        how = f"; {_n(digest, 'digest AuthPacket')} sends user:password in clear"
+        how = f"; {_n(digest, 'digest AuthPacket')} {'sends' if digest == 1 else 'send'} user:password in clear"
     elif auth:
         how = f"; {_n(auth, 'AuthPacket')} of another scheme (authentication only)"
     return (

@@ -90,8 +90,8 @@ def _openvpn(r: Row) -> Verdict:
         return (
             PLAIN,
             "openvpn",
-            f"{lead}; {_n(clear, 'data packet')} holding a whole IP packet in clear (--cipher none): the tunnelled "
-            "traffic is readable",
+            f"{lead}; {_n(clear, 'data packet')} holding a whole IP packet or the keepalive ping in clear "
+            "(--cipher none): the tunnelled traffic is readable",
         )
     if data:
         return (
