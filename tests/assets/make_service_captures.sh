@@ -4,8 +4,9 @@
 # INCR, a RESP3 HGETALL), memcached16.pcap (memcached 1.6: text set/get/stats, binary set/get, a UDP stats
 # request on 11211), zookeeper38.pcap (ZooKeeper 3.8 and zkCli: addauth digest, create, get, ls) and
 # openvpn26-{plain,tls-auth,tls-crypt,tcp,cipher-none}.pcap (two OpenVPN 2.6 processes, --dev null, pinging each
-# second, with a throwaway PKI). Needs root (tcpdump on lo) and: redis-server redis-tools memcached zookeeper
-# openvpn openssl. Usage: make_service_captures.sh OUTDIR
+# second, with a throwaway PKI) and ptp4l31.pcap (two ptp4l 3.1 between two namespaces of its own). Needs root
+# (tcpdump, namespaces) and: redis-server redis-tools memcached zookeeper openvpn openssl linuxptp.
+# Usage: make_service_captures.sh OUTDIR
 set -u
 out=$(cd "$1" && pwd); work=$(mktemp -d); cd "$work"
 pids=()
@@ -72,4 +73,17 @@ vpn tls-auth udp "--tls-auth ta.key 0" "--tls-auth ta.key 1"
 vpn tls-crypt udp "--tls-crypt ta.key" "--tls-crypt ta.key"
 vpn tcp tcp "" ""
 vpn cipher-none udp "--data-ciphers none --cipher none" "--data-ciphers none --cipher none"
+# ptp4l 3.1 (linuxptp) master and slave, software timestamping over UDPv4, between two namespaces of our own
+ip netns add rfsvc-ptpa; ip netns add rfsvc-ptpb
+ip link add rfsvc-ptp0 type veth peer name rfsvc-ptp1
+ip link set rfsvc-ptp0 netns rfsvc-ptpa; ip link set rfsvc-ptp1 netns rfsvc-ptpb
+ip -n rfsvc-ptpa addr add 10.250.7.1/24 dev rfsvc-ptp0; ip -n rfsvc-ptpb addr add 10.250.7.2/24 dev rfsvc-ptp1
+ip -n rfsvc-ptpa link set rfsvc-ptp0 up; ip -n rfsvc-ptpb link set rfsvc-ptp1 up
+ip netns exec rfsvc-ptpa tcpdump -i rfsvc-ptp0 -w "$out/ptp4l31.pcap" -s 160 'udp port 319 or udp port 320' \
+  >/dev/null 2>&1 & pids+=($!); sleep 1
+ip netns exec rfsvc-ptpa ptp4l -i rfsvc-ptp0 -S -4 -q --priority1 100 >/dev/null 2>&1 & pids+=($!)
+ip netns exec rfsvc-ptpb ptp4l -i rfsvc-ptp1 -S -4 -q -s >/dev/null 2>&1 & pids+=($!)
+sleep 12
+stop
+ip netns del rfsvc-ptpa; ip netns del rfsvc-ptpb
 cd /; rm -rf "$work"

@@ -165,6 +165,15 @@ def test_real_key_value_stores_and_zookeeper_are_plaintext_and_name_their_passwo
     assert "digest AuthPackets send user:password" in str(zk["reason"])
 
 
+def test_real_ptp4l_is_plaintext_without_authentication_tlvs() -> None:
+    # ptp4l 3.1 master and slave (software timestamps, UDPv4) between two namespaces: Sync, Follow_Up, Delay_Req,
+    # Delay_Resp and Announce, none with an AUTHENTICATION TLV
+    rows = _assets("ptp4l31.pcap")
+    assert {r["dport"] for r in rows} == {319, 320}
+    assert {(r["protection"], r["protocol"]) for r in rows} == {("plaintext", "ptp")}
+    assert all("without an AUTHENTICATION TLV" in str(r["reason"]) for r in rows)
+
+
 @pytest.mark.parametrize(
     ("mode", "protection", "words"),
     [
