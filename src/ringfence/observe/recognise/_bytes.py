@@ -134,6 +134,16 @@ def be16_at(s: U8, pos: I64) -> I64:
     return (at(s, pos) << 8) | at(s, pos + 1)
 
 
+def be32_at(s: U8, pos: I64) -> I64:
+    """Big-endian 32-bit field at a per-row position."""
+    return (be16_at(s, pos) << 16) | be16_at(s, pos + 2)
+
+
+def codes(mask: Bool, label: int) -> I64:
+    """``label`` where ``mask`` holds, 0 (no label) elsewhere: the codes :meth:`Labeller.assign` takes."""
+    return np.where(mask, label, 0).astype(np.int64)
+
+
 def prefix(s: U8, offset: int, pattern: bytes) -> Bool:
     """Rows whose bytes at ``offset`` equal ``pattern``."""
     want = np.frombuffer(pattern, dtype=np.uint8)
@@ -169,6 +179,8 @@ __all__ = [
     "be16",
     "be16_at",
     "be32",
+    "be32_at",
+    "codes",
     "count_in",
     "is_digit",
     "le",

@@ -21,6 +21,8 @@ from ringfence.observe.recognise._bytes import (
     at,
     be16,
     be32,
+    be32_at,
+    codes,
     narrow,
     prefix,
     take,
@@ -62,9 +64,6 @@ _APP_ID_MAX: Final = 40  # an app id the head holds with the field after it
 _SALT_MAX: Final = 32
 _KEY_FLOW: Final = 1 << 33  # body keys: flow, then the direction bit, then a 32-bit size
 
-
-def _codes(mask: Bool, label: Label) -> I64:
-    return np.where(mask, label, 0).astype(np.int64)
 
 
 def _request_header(s: U8, start: int) -> tuple[Bool, I64]:
@@ -127,18 +126,18 @@ def hdfs_data(p: Packets, out: Labeller) -> None:
         size = np.where(one, s[:, 3], (s[:, 3] & 0x7F) + (s[:, 4].astype(np.int64) << 7))
         start = np.where(one, 4, 5)
         ok = (at(s, start) == 0x0A) & (start + size <= length) & (size >= 2)
-        out.assign(idx, _codes(ok, Label.HDFS_OP))
+        out.assign(idx, codes(ok, Label.HDFS_OP))
         proven = p.flow[idx[ok]]
     idx, cc = narrow(p, out, (c[0] == 0xDE) & (c[1] == 0xAD) & (c[2] == 0xBE) & (c[3] == 0xEF))
     idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & (p.length[idx] >= 7)])
     if idx.size:
-        out.assign(idx, _codes(prefix(s, 0, _DT_SASL_MAGIC) & (s[:, 4] < 0x80) & (s[:, 5] == 0x08), Label.HDFS_SASL))
+        out.assign(idx, codes(prefix(s, 0, _DT_SASL_MAGIC) & (s[:, 4] < 0x80) & (s[:, 5] == 0x08), Label.HDFS_SASL))
     if proven.size:
         idx, cc = narrow(p, out, np.isin(p.flow, proven))
         idx, s, length, _ = take(p, idx[(p.proto[idx] == _TCP) & (p.length[idx] >= 8)])
         header = be16(s, 4)
         ok = (s[:, 6] == 0x09) & (header >= 10) & (header <= 128) & (be32(s, 0) >= 4)
-        out.assign(idx, _codes(ok, Label.HDFS_PACKET))
+        out.assign(idx, codes(ok, Label.HDFS_PACKET))
 
 
 def spark(p: Packets, out: Labeller) -> None:
@@ -195,9 +194,9 @@ def _spark_auth_bodies(p: Packets, out: Labeller) -> I64:
     if idx.size == 0:
         return np.zeros(0, dtype=np.int64)
     app = s[:, 4].astype(np.int64)
-    second = _be32_at(s, 5 + app)
+    second = be32_at(s, 5 + app)
     auth = (s[:, 0] == _SPARK_AUTH_TAG) & (second <= _SALT_MAX)
-    auth &= 13 + app + second + _be32_at(s, 9 + app + second) == length
+    auth &= 13 + app + second + be32_at(s, 9 + app + second) == length
     sasl = (s[:, 0] == _SPARK_SASL_TAG) & (9 + app + second == length)
     out.assign(idx, np.select([auth, sasl], [Label.SPARK_AUTH, Label.SPARK_SASL], 0).astype(np.int64))
     found = auth | sasl
@@ -208,9 +207,6 @@ def _body_key(flow: I64, forward: Bool, size: I64) -> I64:
     """(flow, direction, body size) as one integer; ``key // _KEY_FLOW`` is the flow."""
     return np.asarray(flow * _KEY_FLOW + forward.astype(np.int64) * (1 << 32) + size, dtype=np.int64)
 
-
-def _be32_at(s: U8, pos: I64) -> I64:
-    return (at(s, pos) << 24) | (at(s, pos + 1) << 16) | (at(s, pos + 2) << 8) | at(s, pos + 3)
 
 
 __all__ = ["hadoop_rpc", "hdfs_data", "spark"]

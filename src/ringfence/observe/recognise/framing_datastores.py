@@ -23,6 +23,7 @@ from ringfence.observe.recognise._bytes import (
     at,
     be16,
     be32,
+    codes,
     is_digit,
     narrow,
     prefix,
@@ -108,9 +109,6 @@ _CQL_OPS: Final = np.stack([table(_CQL_REQUESTS), table(_CQL_RESPONSES)])
 _CQL_AUTH_RESPONSE: Final = 0x0F
 _CQL_FRAME_MAX: Final = 256 << 20  # native_transport_max_frame_size ceiling
 
-
-def _codes(mask: Bool, label: Label) -> I64:
-    return np.where(mask, label, 0).astype(np.int64)
 
 
 def number_end(s: U8, start: I64, most: int) -> I64:
@@ -215,14 +213,14 @@ def redis(p: Packets, out: Labeller) -> None:
         flows = p.flow[idx[ok]]
         if flows.size:
             rows = np.flatnonzero(out.free & tcp & np.isin(p.flow, flows))
-            out.assign(rows, _codes(_resp_reply(p.head[rows]), Label.REDIS_REPLY))
+            out.assign(rows, codes(_resp_reply(p.head[rows]), Label.REDIS_REPLY))
     idx, cc = narrow(p, out, c[0] == 0x52)
     bus = (cc[1] == 0x43) & (cc[2] == 0x6D) & (cc[3] == 0x62) & (cc[8] == 0) & (cc[9] == 1)  # clusterMsg.ver is 1
     idx, s, _, _ = take(p, idx[bus & (p.proto[idx] == _TCP) & (p.length[idx] >= 14)])
     if idx.size:
         size = be32(s, 4)
         ok = (size >= 14) & (size <= _REDIS_CLUSTER_MAX) & (be16(s, 12) <= _REDIS_CLUSTER_TYPES)
-        out.assign(idx, _codes(ok, Label.REDIS_CLUSTER))
+        out.assign(idx, codes(ok, Label.REDIS_CLUSTER))
 
 
 def _contains_word(s: U8, word: bytes, start: I64) -> Bool:
@@ -269,7 +267,7 @@ def memcached(p: Packets, out: Labeller) -> None:
     if on_port.any():
         for word in _MC_PORT_WORDS:
             ok |= on_port & prefix(s, 0, word)
-    out.assign(idx, _codes(ok, Label.MEMCACHED_TEXT))
+    out.assign(idx, codes(ok, Label.MEMCACHED_TEXT))
 
 
 def _memcached_udp(p: Packets, out: Labeller) -> None:
@@ -286,7 +284,7 @@ def _memcached_udp(p: Packets, out: Labeller) -> None:
     for word in (*_MC_PORT_WORDS, *(w for w, _ in _MC_TEXT), *_MC_UDP_REPLIES):
         line |= prefix(s, _MC_UDP_FRAME, word)
     binary = np.isin(s[:, _MC_UDP_FRAME], (_MC_REQUEST, _MC_RESPONSE)) & _MC_OPCODES[s[:, _MC_UDP_FRAME + 1]]
-    out.assign(idx, _codes(ok & (line | binary), Label.MEMCACHED_UDP))
+    out.assign(idx, codes(ok & (line | binary), Label.MEMCACHED_UDP))
 
 
 def zookeeper(p: Packets, out: Labeller) -> None:
@@ -311,7 +309,7 @@ def zookeeper(p: Packets, out: Labeller) -> None:
         ping = (length == 12) & prefix(s, 0, _ZK_PING)
         pong = (length == 20) & prefix(s, 0, _ZK_PING_REPLY) & (be32(s, 16) == 0)
         ok = request | reply | ping | pong
-        out.assign(idx, _codes(ok, Label.ZOOKEEPER))
+        out.assign(idx, codes(ok, Label.ZOOKEEPER))
         proven = p.flow[idx[ok]]
     auth = on_tcp & (cz[4] == 0xFF) & (cz[5] == 0xFF) & (cz[6] == 0xFF) & (cz[7] == 0xFC) & (cz[11] == 0x64)
     idx, s, length, v = take(p, zero[auth & (p.length[zero] >= 24)])
@@ -330,13 +328,13 @@ def zookeeper(p: Packets, out: Labeller) -> None:
         rows = np.flatnonzero(out.free & tcp & np.isin(p.flow, proven) & (p.length >= 8))
         s = p.head[rows]
         size = be32(s, 0)
-        out.assign(rows, _codes((size >= 4) & (size <= _ZK_MESSAGE_MAX), Label.ZK_MESSAGE))
+        out.assign(rows, codes((size >= 4) & (size <= _ZK_MESSAGE_MAX), Label.ZK_MESSAGE))
     idx, _ = narrow(p, out, p.length == 4)
     on_port = (p.sport[idx] == ZOOKEEPER_PORT) | (p.dport[idx] == ZOOKEEPER_PORT)
     idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & on_port])
     if idx.size:
         ok = np.any([prefix(s, 0, word) for word in _ZK_WORDS], axis=0)
-        out.assign(idx, _codes(ok, Label.ZK_WORD))
+        out.assign(idx, codes(ok, Label.ZK_WORD))
 
 
 def cassandra(p: Packets, out: Labeller) -> None:

@@ -20,9 +20,9 @@ from ringfence.observe.recognise._bytes import (
     Bool,
     Labeller,
     Packets,
-    at,
     be16,
     be32,
+    be32_at,
     le,
     prefix,
     printable,
@@ -67,9 +67,6 @@ _BEEGFS_AUTH: Final = 4007  # AuthenticateChannelMsg: the connAuthFile secret
 _NVME_HLEN: Final = {4: 72, 5: 24, 6: 24, 7: 24, 9: 24}  # PDU type -> header length (NVMe/TCP 1.0 §3.6)
 
 
-def _be32_at(s: U8, pos: I64) -> I64:
-    return (at(s, pos) << 24) | (at(s, pos + 1) << 16) | (at(s, pos + 2) << 8) | at(s, pos + 3)
-
 
 def onc_rpc(p: Packets, out: Labeller) -> None:
     """ONC RPC (RFC 5531) calls and replies; over TCP after the 4-byte record mark (§11).
@@ -111,7 +108,7 @@ def onc_rpc(p: Packets, out: Labeller) -> None:
         verf_len = be32(s, base + 16)
         accepted &= np.isin(verf, _AUTH_FLAVOURS) & (verf_len <= _RPC_AUTH_MAX)
         stat_pos = base + 20 + ((np.minimum(verf_len, _RPC_AUTH_MAX) + 3) & ~3)
-        accepted &= (stat_pos + 4 > v) | (_be32_at(s, stat_pos) <= 5)
+        accepted &= (stat_pos + 4 > v) | (be32_at(s, stat_pos) <= 5)
         denied = reply & (be32(s, base + 8) == 1) & (be32(s, base + 12) <= 1)
         probe = call & (flavour == _AUTH_TLS) & (cred_len == 0) & (be32(s, base + 20) == 0)
         starttls = accepted & (verf == 0) & (verf_len == 8) & np.all(s[:, base + 20 : base + 28] == _STARTTLS, axis=1)

@@ -16,7 +16,19 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import I64, U8, Bool, Labeller, Packets, at, be16_at, narrow, table, take
+from ringfence.observe.recognise._bytes import (
+    I64,
+    U8,
+    Bool,
+    Labeller,
+    Packets,
+    at,
+    be16_at,
+    be32_at,
+    narrow,
+    table,
+    take,
+)
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -43,9 +55,6 @@ _CLEAR_OFFSETS: Final = (0, 4, 24, 36)
 _PING: Final = bytes.fromhex("2a187bf3641eb4cb07ed2d0a981fc748")
 
 
-def _be32_at(s: U8, pos: I64) -> I64:
-    return (be16_at(s, pos) << 16) | be16_at(s, pos + 2)
-
 
 def _ip_at(s: U8, pos: I64, size: I64) -> Bool:
     """Rows holding an IPv4 (IHL 5) or IPv6 header at ``pos`` whose length is exactly the ``size`` bytes left."""
@@ -71,16 +80,16 @@ def _resets(s: U8, base: int, length: I64) -> tuple[Bool, Bool, Bool]:
 
     def acks(pos: I64) -> Bool:
         # the ack array's length, its packet id 0 and the peer's session id (server), then message packet id 0
-        ok = (at(s, pos) == acked) & (~server | (_be32_at(s, pos + 1) == 0))
-        return np.asarray(ok & (_be32_at(s, pos + 1 + 12 * acked) == 0))
+        ok = (at(s, pos) == acked) & (~server | (be32_at(s, pos + 1) == 0))
+        return np.asarray(ok & (be32_at(s, pos + 1 + 12 * acked) == 0))
 
     pos = np.full(k, base + _SESSION, dtype=np.int64)
     plain = acks(pos)
     auth = np.zeros(k, dtype=np.bool_)
     for hmac in _HMACS:
-        pid, ts = _be32_at(s, pos + hmac), _be32_at(s, pos + hmac + 4)
+        pid, ts = be32_at(s, pos + hmac), be32_at(s, pos + hmac + 4)
         auth |= (pid >= 1) & (pid <= _PID_MAX) & (ts >= _TS_MIN) & acks(pos + hmac + 8)
-    pid, ts = _be32_at(s, pos), _be32_at(s, pos + 4)
+    pid, ts = be32_at(s, pos), be32_at(s, pos + 4)
     crypt = (pid >= 1) & (pid <= _PID_MAX) & (ts >= _TS_MIN) & (length >= base + _SESSION + 8 + _TAG + 5)
     return plain, auth & ~plain, crypt & ~plain & ~auth
 
