@@ -1,7 +1,7 @@
 #!/bin/bash
 # Regenerate the real-service captures in tests/assets (Debian 12's packages, on 127.0.0.1, captured on lo with
 # snaplen 160): redis7.pcap (redis-server 7.0 with requirepass; redis-cli SET/GET of a 3000-byte random value,
-# INCR, a RESP3 HGETALL), memcached16.pcap (memcached 1.6: text set/get/stats, binary set/get, a UDP stats
+# INCR, a RESP3 HGETALL), redis7-cluster.pcap (three cluster nodes' bus while redis-cli creates the cluster), memcached16.pcap (memcached 1.6: text set/get/stats, binary set/get, a UDP stats
 # request on 11211), zookeeper38.pcap (ZooKeeper 3.8 and zkCli: addauth digest, create, get, ls) and
 # openvpn26-{plain,tls-auth,tls-crypt,tcp,cipher-none}.pcap (two OpenVPN 2.6 processes, --dev null, pinging each
 # second, with a throwaway PKI) and ptp4l31.pcap (two ptp4l 3.1 between two namespaces of its own). Needs root
@@ -20,6 +20,18 @@ cli() { redis-cli -p 16390 -a s3cret --no-auth-warning "$@"; }
 head -c 3000 /dev/urandom > blob
 cli SET k1 hello >/dev/null; cli -x SET blob < blob >/dev/null; cli GET blob >/dev/null; cli INCR counter >/dev/null
 cli -3 HGETALL nohash >/dev/null
+stop
+
+# three cluster-enabled redis-servers made one cluster by redis-cli --cluster create: the bus (port + 10000)
+cap redis7-cluster.pcap 'tcp portrange 26400-26402'
+for port in 16400 16401 16402; do
+  mkdir -p "$port"
+  (cd "$port" && exec redis-server --port $port --bind 127.0.0.1 --cluster-enabled yes --save '' --appendonly no \
+    >/dev/null 2>&1) & pids+=($!)
+done
+sleep 2
+redis-cli --cluster create 127.0.0.1:16400 127.0.0.1:16401 127.0.0.1:16402 --cluster-yes >/dev/null 2>&1
+sleep 4
 stop
 
 cap memcached16.pcap 'port 11211'

@@ -155,6 +155,9 @@ def test_real_key_value_stores_and_zookeeper_are_plaintext_and_name_their_passwo
     redis = _assets("redis7.pcap")
     assert len(redis) == 5 and {(r["protection"], r["protocol"]) for r in redis} == {("plaintext", "redis")}
     assert all("1 AUTH sends the password itself" in str(r["reason"]) for r in redis)
+    bus = _assets("redis7-cluster.pcap")
+    assert len(bus) == 6 and {(r["protection"], r["protocol"]) for r in bus} == {("plaintext", "redis")}
+    assert all("Cluster bus" in str(r["reason"]) for r in bus)
     memcached = _assets("memcached16.pcap")
     assert len(memcached) == 6 and {(r["protection"], r["protocol"]) for r in memcached} == {("plaintext", "memcached")}
     (udp,) = [r for r in memcached if r["proto"] == 17]

@@ -73,7 +73,7 @@ def test_a_redis_reply_alone_proves_nothing() -> None:
 def test_the_redis_cluster_bus_is_plaintext() -> None:
     msg = b"RCmb" + struct.pack(">IHHH", 2256, 1, 6379, 0) + rand(60)
     got = verdict(Flow(sport=40000, dport=16379).fwd(msg).back(msg))
-    assert got[:2] == ("plaintext", "redis") and "cluster bus" in got[2]
+    assert got[:2] == ("plaintext", "redis") and "Cluster bus: 2 messages" in got[2] and "slot maps" in got[2]
     assert verdict(Flow(dport=16379).fwd(b"RCmb" + struct.pack(">IHHH", 2256, 2, 6379, 0) + rand(60)))[1] != "redis"
 
 

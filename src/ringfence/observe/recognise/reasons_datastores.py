@@ -17,16 +17,23 @@ _TLS_NOTE: Final = "with TLS the flow would show TLS records"
 def _redis(r: Row) -> Verdict:
     commands, auth, replies = r.c(Label.REDIS), r.c(Label.REDIS_AUTH), r.c(Label.REDIS_REPLY)
     cluster = r.c(Label.REDIS_CLUSTER)
-    parts = []
-    if commands + auth:
-        answered = f" and {replies} {'reply' if replies == 1 else 'replies'}" if replies else ""
-        parts.append(f"{_n(commands + auth, 'RESP command')}{answered}")
-    if cluster:
-        parts.append(f"{_n(cluster, 'cluster bus message')} (node gossip and failover, unauthenticated)")
+    if not commands + auth:
+        return (
+            PLAIN,
+            "redis",
+            f"Redis Cluster bus: {_n(cluster, 'message')} in clear — node ids, addresses, slot maps and failover "
+            "votes readable; the bus authenticates nothing (only the network keeps a forged node out); with TLS "
+            "(tls-cluster) the flow would show TLS records",
+        )
+    answered = f" and {replies} {'reply' if replies == 1 else 'replies'}" if replies else ""
     sends = "sends" if auth == 1 else "send"
     how = f"; {_n(auth, 'AUTH')} {sends} the password itself in clear (requirepass/ACL)" if auth else ""
     how = how or "; no AUTH sampled"
-    return PLAIN, "redis", f"Redis: {' and '.join(parts)} in clear — keys and values readable{how}; {_TLS_NOTE}"
+    return (
+        PLAIN,
+        "redis",
+        f"Redis: {_n(commands + auth, 'RESP command')}{answered} in clear — keys and values readable{how}; {_TLS_NOTE}",
+    )
 
 
 def _memcached(r: Row) -> Verdict:
