@@ -4,8 +4,9 @@
 # INCR, a RESP3 HGETALL), redis7-cluster.pcap (three cluster nodes' bus while redis-cli creates the cluster), memcached16.pcap (memcached 1.6: text set/get/stats, binary set/get, a UDP stats
 # request on 11211), zookeeper38.pcap (ZooKeeper 3.8 and zkCli: addauth digest, create, get, ls) and
 # openvpn26-{plain,tls-auth,tls-crypt,tcp,cipher-none}.pcap (two OpenVPN 2.6 processes, --dev null, pinging each
-# second, with a throwaway PKI) and ptp4l31.pcap (two ptp4l 3.1 between two namespaces of its own). Needs root
-# (tcpdump, namespaces) and: redis-server redis-tools memcached zookeeper openvpn openssl linuxptp.
+# second, with a throwaway PKI), ptp4l31.pcap (two ptp4l 3.1) and frr84-bfd.pcap (two FRR 8.4 bfdd), each pair
+# between two namespaces of its own. Needs root (tcpdump, namespaces) and: redis-server redis-tools memcached
+# zookeeper openvpn openssl linuxptp frr.
 # Usage: make_service_captures.sh OUTDIR
 set -u
 out=$(cd "$1" && pwd); work=$(mktemp -d); cd "$work"
@@ -98,4 +99,25 @@ ip netns exec rfsvc-ptpb ptp4l -i rfsvc-ptp1 -S -4 -q -s >/dev/null 2>&1 & pids+
 sleep 12
 stop
 ip netns del rfsvc-ptpa; ip netns del rfsvc-ptpb
+# FRR 8.4's bfdd, one single-hop session between two namespaces of our own (FRR's BFD has no authentication); it
+# runs as user frr, so the work folder must let it in
+chmod 755 "$work"
+ip netns add rfsvc-bfda; ip netns add rfsvc-bfdb
+ip link add rfsvc-bfd0 type veth peer name rfsvc-bfd1
+ip link set rfsvc-bfd0 netns rfsvc-bfda; ip link set rfsvc-bfd1 netns rfsvc-bfdb
+ip -n rfsvc-bfda addr add 10.250.8.1/24 dev rfsvc-bfd0; ip -n rfsvc-bfdb addr add 10.250.8.2/24 dev rfsvc-bfd1
+ip -n rfsvc-bfda link set rfsvc-bfd0 up; ip -n rfsvc-bfdb link set rfsvc-bfd1 up
+ip netns exec rfsvc-bfda tcpdump -i rfsvc-bfd0 -w "$out/frr84-bfd.pcap" -s 160 'udp port 3784' >/dev/null 2>&1 &
+pids+=($!); sleep 1
+for side in a:10.250.8.1:10.250.8.2 b:10.250.8.2:10.250.8.1; do
+  IFS=: read -r s local peer <<< "$side"; mkdir -p "bfd$s"
+  printf 'bfd\n peer %s local-address %s\n  transmit-interval 300\n  receive-interval 300\n !\n!\n' "$peer" "$local" \
+    > "bfd$s/bfdd.conf"
+  chown -R frr:frr "bfd$s"
+  ip netns exec "rfsvc-bfd$s" /usr/lib/frr/bfdd -f "$work/bfd$s/bfdd.conf" -i "$work/bfd$s/pid" -u frr -g frr -P 0 \
+    --vty_socket "$work/bfd$s" --bfdctl "$work/bfd$s/ctl" -z "$work/bfd$s/zserv" >/dev/null 2>&1 & pids+=($!)
+done
+sleep 8
+stop
+ip netns del rfsvc-bfda; ip netns del rfsvc-bfdb
 cd /; rm -rf "$work"

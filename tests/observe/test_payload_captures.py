@@ -177,6 +177,13 @@ def test_real_ptp4l_is_plaintext_without_authentication_tlvs() -> None:
     assert all("without an AUTHENTICATION TLV" in str(r["reason"]) for r in rows)
 
 
+def test_real_frr_bfd_sessions_are_plaintext() -> None:
+    # FRR 8.4's bfdd, one single-hop session between two namespaces (FRR's BFD has no authentication)
+    rows = _assets("frr84-bfd.pcap")
+    assert len(rows) == 2 and {(r["protection"], r["protocol"]) for r in rows} == {("plaintext", "bfd")}
+    assert all("without authentication" in str(r["reason"]) for r in rows)
+
+
 @pytest.mark.parametrize(
     ("mode", "protection", "words"),
     [
