@@ -226,7 +226,10 @@ def _facts_seed(kind: str) -> Callable[[], tuple[bytes, ...]]:
 def entries() -> dict[str, Entry]:
     """Every entry, by name (explicit: one per parser, flow format and facts kind)."""
     tcpdump, netflow = CAPTURES / "tcpdump-tests", SAMPLES / "netflow"
-    pcaps = _glob(tcpdump, "*.pcap", 40) + _glob(CAPTURES / "rdma", "*.pcap")
+    # the project's own real-traffic captures (SSH, WireGuard, Spark, Redis, OpenVPN, PTP, BFD …) seed the
+    # recognisers that the tcpdump captures do not reach
+    own = _glob(ROOT / "tests" / "assets", "*.pcap")
+    pcaps = _glob(tcpdump, "*.pcap", 40) + _glob(CAPTURES / "rdma", "*.pcap") + own
     assets = ROOT / "tests" / "bench" / "assets"
     found = [
         Entry("pcap", pcaps, _pcap_framing, _reader("pcap", ".pcap")),
