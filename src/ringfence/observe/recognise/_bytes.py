@@ -99,6 +99,24 @@ def take(p: Packets, idx: I64) -> tuple[I64, U8, I64, I64]:
     return idx, p.head[idx], p.length[idx], p.valid[idx]
 
 
+def on_ports(p: Packets, idx: I64, ports: tuple[int, ...]) -> Bool:
+    """Rows ``idx`` whose flow has any of ``ports`` at either end."""
+    found = np.zeros(idx.size, dtype=np.bool_)
+    for number in ports:
+        found |= (p.sport[idx] == number) | (p.dport[idx] == number)
+    return found
+
+
+def match_at(s: U8, pos: I64, pattern: bytes, *, fold: bool = False) -> Bool:
+    """Rows whose bytes at a per-row position are ``pattern`` (ASCII case folded where ``fold``); bytes outside the
+    head read as 0 (see :func:`at`)."""
+    found = np.ones(s.shape[0], dtype=np.bool_)
+    for k, byte in enumerate(pattern):
+        got = at(s, pos + k)
+        found &= ((got | 0x20) if fold else got) == byte
+    return found
+
+
 def table(values: tuple[int, ...] | list[int] | range) -> Bool:
     """A 256-entry lookup: which byte values are in ``values`` (index it with a column of bytes)."""
     return np.asarray(np.isin(np.arange(256), list(values)))
@@ -184,7 +202,9 @@ __all__ = [
     "count_in",
     "is_digit",
     "le",
+    "match_at",
     "narrow",
+    "on_ports",
     "prefix",
     "printable",
     "select",

@@ -20,7 +20,7 @@ from ringfence.observe.recognise import framing_storage as sg
 from ringfence.observe.recognise import framing_stream as st
 from ringfence.observe.recognise import framing_tunnels as tn
 from ringfence.observe.recognise import framing_vpn as vpn
-from ringfence.observe.recognise._bytes import HEAD, I64, N_COLS, Labeller, Packets
+from ringfence.observe.recognise._bytes import HEAD, I64, N_COLS, Labeller, Packets, table
 from ringfence.observe.recognise.labels import Label
 from ringfence.observe.samples import FlowKeys, PayloadSamples
 
@@ -51,7 +51,7 @@ _ORDER: Final[tuple[Recogniser, ...]] = (
     dg.esp_in_udp,
     dg.roce,
     nw.bfd,
-    dg.ptp,  # before the services: a PTP message's length field would pass RADIUS's
+    dg.ptp,  # port-defined and length-exact: before the services' looser length tests claim its rows
     nw.vrrp,
     nw.ospf,
     nw.igmp,
@@ -116,7 +116,7 @@ def _first_byte_table() -> npt.NDArray[np.bool_]:
 
 
 _SERVICE_FIRST: Final = _first_byte_table()
-_KRB_TCP: Final = np.isin(np.arange(256), [0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])
+_KRB_TCP: Final = table([0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])
 _GQUIC_TAGS: Final = (b"CHLO", b"REJ\x00", b"SHLO")
 _RX_HEADER: Final = 28
 

@@ -10,7 +10,19 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import HEAD, U8, Bool, Labeller, Packets, at, is_digit, le, select
+from ringfence.observe.recognise._bytes import (
+    HEAD,
+    U8,
+    Bool,
+    Labeller,
+    Packets,
+    at,
+    is_digit,
+    le,
+    on_ports,
+    select,
+    table,
+)
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -19,7 +31,7 @@ _IAC: Final = 0xFF
 _SB: Final = 0xFA
 _SE: Final = 0xF0
 #: Telnet option codes in the IANA registry (0-49, 138-140) and EXOPL (255).
-_TELNET_OPTIONS: Final = np.isin(np.arange(256), [*range(50), 138, 139, 140, 255])
+_TELNET_OPTIONS: Final = table([*range(50), 138, 139, 140, 255])
 _RFB_BANNER: Final = 12
 _VNC_CHALLENGE: Final = 16
 #: MongoDB wire protocol opcodes: OP_REPLY, OP_UPDATE, OP_INSERT, OP_QUERY, OP_GET_MORE, OP_DELETE,
@@ -45,7 +57,7 @@ def telnet(p: Packets, out: Labeller) -> None:
     idx, s, length, v = select(p, out, (p.proto == _TCP) & (c[0] == _IAC) & (c[1] >= _SB) & (p.length >= 3))
     if idx.size == 0:
         return
-    on_port = ((p.sport[idx] == TELNET_PORT) | (p.dport[idx] == TELNET_PORT)) & (
+    on_port = on_ports(p, idx, (TELNET_PORT,)) & (
         _negotiation(s, 0)
         | ((s[:, 1] == _SB) & _TELNET_OPTIONS[s[:, 2]] & (length == v) & (at(s, length - 2) == _IAC)
            & (at(s, length - 1) == _SE))

@@ -25,6 +25,7 @@ from ringfence.observe.recognise._bytes import (
     codes,
     narrow,
     prefix,
+    table,
     take,
 )
 from ringfence.observe.recognise.labels import Label
@@ -46,7 +47,7 @@ _RPC_OPS: Final = 2
 # --- HDFS DataTransferProtocol (DataTransferProtocol.java, datatransfer.proto) ---------------------------------
 _DT_VERSION: Final = 28  # DATA_TRANSFER_VERSION since Hadoop 2
 #: Op codes: WRITE_BLOCK 80 … BLOCK_GROUP_CHECKSUM 90, CUSTOM 127.
-_DT_OPS: Final = np.isin(np.arange(256), [*range(80, 91), 127])
+_DT_OPS: Final = table([*range(80, 91), 127])
 _DT_SASL_MAGIC: Final = bytes.fromhex("deadbeef")  # SASL_TRANSFER_MAGIC_NUMBER: SASL data-transfer protection
 
 # --- Spark network-common (MessageEncoder, Message.Type) -------------------------------------------------------
@@ -63,7 +64,6 @@ _SPARK_SASL_TAG: Final = 0xEA  # sasl.SaslMessage: spark.authenticate over SASL 
 _APP_ID_MAX: Final = 40  # an app id the head holds with the field after it
 _SALT_MAX: Final = 32
 _KEY_FLOW: Final = 1 << 33  # body keys: flow, then the direction bit, then a 32-bit size
-
 
 
 def _request_header(s: U8, start: int) -> tuple[Bool, I64]:
@@ -106,8 +106,8 @@ def hadoop_rpc(p: Packets, out: Labeller) -> None:
     fields = np.where(at(s, body) < 0x80, body + 1, body + 2)
     state_at = np.where(at(s, fields) == 0x08, fields + 2, fields)
     wrap = sasl & (at(s, state_at) == 0x10) & (at(s, state_at + 1) == _SASL_WRAP)
-    codes = np.select([wrap, sasl, header], [Label.HRPC_WRAP, Label.HRPC_SASL_MSG, Label.HRPC_CALL], 0)
-    out.assign(idx, codes.astype(np.int64))
+    found = np.select([wrap, sasl, header], [Label.HRPC_WRAP, Label.HRPC_SASL_MSG, Label.HRPC_CALL], 0)
+    out.assign(idx, found.astype(np.int64))
 
 
 def hdfs_data(p: Packets, out: Labeller) -> None:
@@ -179,8 +179,8 @@ def spark(p: Packets, out: Labeller) -> None:
     # body written apart in the same direction of the same flow
     own = np.isin(_body_key(p.flow[idx], p.forward[idx], be32(s, 17)), negotiating)
     reply = ok & in_exchange & ((kind == _RPC_RESPONSE) | (rpc & (length == 21) & own))
-    codes = np.select([auth, sasl, reply, ok], [Label.SPARK_AUTH, Label.SPARK_SASL, Label.SPARK_REPLY, Label.SPARK], 0)
-    out.assign(idx, codes.astype(np.int64))
+    found = np.select([auth, sasl, reply, ok], [Label.SPARK_AUTH, Label.SPARK_SASL, Label.SPARK_REPLY, Label.SPARK], 0)
+    out.assign(idx, found.astype(np.int64))
 
 
 def _spark_auth_bodies(p: Packets, out: Labeller) -> I64:
@@ -206,7 +206,6 @@ def _spark_auth_bodies(p: Packets, out: Labeller) -> I64:
 def _body_key(flow: I64, forward: Bool, size: I64) -> I64:
     """(flow, direction, body size) as one integer; ``key // _KEY_FLOW`` is the flow."""
     return np.asarray(flow * _KEY_FLOW + forward.astype(np.int64) * (1 << 32) + size, dtype=np.int64)
-
 
 
 __all__ = ["hadoop_rpc", "hdfs_data", "spark"]

@@ -24,6 +24,7 @@ from ringfence.observe.recognise._bytes import (
     be32,
     is_digit,
     narrow,
+    on_ports,
     select,
     take,
 )
@@ -334,11 +335,8 @@ def ptp(p: Packets, out: Labeller) -> None:
     labelled apart (its protection is not visible). Unauthenticated management messages (pmc's GET/SET of the
     clock's data sets) are labelled apart too."""
     idx, cc = narrow(p, out, (p.cols[1] & 0x0F) == 2)  # versionPTP
-    port = np.zeros(idx.size, dtype=np.bool_)
-    for number in PTP_PORTS:
-        port |= (p.sport[idx] == number) | (p.dport[idx] == number)
     base = _PTP_BASE[cc[0] & 0x0F]
-    keep = (p.proto[idx] == _UDP) & port & (base > 0) & (p.length[idx] >= base)
+    keep = (p.proto[idx] == _UDP) & on_ports(p, idx, PTP_PORTS) & (base > 0) & (p.length[idx] >= base)
     idx, s, length, v = take(p, idx[keep])
     if idx.size == 0:
         return

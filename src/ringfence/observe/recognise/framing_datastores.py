@@ -25,7 +25,9 @@ from ringfence.observe.recognise._bytes import (
     be32,
     codes,
     is_digit,
+    match_at,
     narrow,
+    on_ports,
     prefix,
     printable,
     table,
@@ -110,7 +112,6 @@ _CQL_AUTH_RESPONSE: Final = 0x0F
 _CQL_FRAME_MAX: Final = 256 << 20  # native_transport_max_frame_size ceiling
 
 
-
 def number_end(s: U8, start: I64, most: int) -> I64:
     """Per row: where the CR of a CRLF that ends 1..``most`` ASCII digits starting at ``start`` lies (-1: none)."""
     end = np.full(s.shape[0], -1, dtype=np.int64)
@@ -183,7 +184,6 @@ def redis(p: Packets, out: Labeller) -> None:
     command name of letters; AUTH, or HELLO with AUTH, carries the password); in a flow with one, the replies
     (RESP2/RESP3 types, numbers and lines checked to their CRLF); and the cluster bus's ``RCmb`` messages."""
     c = p.cols
-    tcp = p.proto == _TCP
     idx, cc = narrow(p, out, c[0] == 0x2A)
     idx, s, _, v = take(p, idx[(p.proto[idx] == _TCP) & is_digit(cc[1]) & (cc[1] != 0x30) & (p.length[idx] >= 14)])
     if idx.size:
@@ -201,21 +201,16 @@ def redis(p: Packets, out: Labeller) -> None:
             letters &= (k >= name_len) | ((b >= 0x61) & (b <= 0x7A) & (name + k < v))
         end = name + name_len
         ok &= letters & (at(s, end) == _CR) & (at(s, end + 1) == _LF) & (end + 2 <= v)
-        auth = np.ones(idx.size, dtype=np.bool_)
-        for k, ch in enumerate(b"auth"):
-            auth &= (at(s, name + k) | 0x20) == ch
-        auth &= name_len == 4
-        hello = np.ones(idx.size, dtype=np.bool_)
-        for k, ch in enumerate(b"hello"):
-            hello &= (at(s, name + k) | 0x20) == ch
-        hello &= (name_len == 5) & _contains_word(s, b"auth", end)
+        auth = (name_len == 4) & match_at(s, name, b"auth", fold=True)
+        hello = (name_len == 5) & match_at(s, name, b"hello", fold=True) & _contains_word(s, b"auth", end)
         out.assign(idx, np.select([ok & (auth | hello), ok], [Label.REDIS_AUTH, Label.REDIS], 0).astype(np.int64))
         flows = p.flow[idx[ok]]
         if flows.size:
-            rows = np.flatnonzero(out.free & tcp & np.isin(p.flow, flows))
+            rows = np.flatnonzero(out.free & (p.proto == _TCP) & np.isin(p.flow, flows))
             out.assign(rows, codes(_resp_reply(p.head[rows]), Label.REDIS_REPLY))
-    idx, cc = narrow(p, out, c[0] == 0x52)
-    bus = (cc[1] == 0x43) & (cc[2] == 0x6D) & (cc[3] == 0x62) & (cc[8] == 0) & (cc[9] == 1)  # clusterMsg.ver is 1
+    sig = _REDIS_CLUSTER
+    idx, cc = narrow(p, out, c[0] == sig[0])
+    bus = (cc[1] == sig[1]) & (cc[2] == sig[2]) & (cc[3] == sig[3]) & (cc[8] == 0) & (cc[9] == 1)  # clusterMsg.ver 1
     idx, s, _, _ = take(p, idx[bus & (p.proto[idx] == _TCP) & (p.length[idx] >= 14)])
     if idx.size:
         size = be32(s, 4)
@@ -252,9 +247,13 @@ def memcached(p: Packets, out: Labeller) -> None:
         ok &= (nxt >= length) | ((nxt < HEAD) & (at(s, nxt) == s[:, 0]) & (at(s, nxt + 5) == 0))
         sasl = np.isin(s[:, 1], _MC_SASL_AUTH) & ~response
         out.assign(idx, np.select([ok & sasl, ok], [Label.MEMCACHED_SASL, Label.MEMCACHED], 0).astype(np.int64))
-    _memcached_udp(p, out)
-    idx, cc = narrow(p, out, _MC_PAIRS[c[0], c[1]] | (p.port(MEMCACHED_PORT) & (c[0] >= 0x61)))
-    idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & (p.length[idx] >= 6)])
+    port = p.port(MEMCACHED_PORT)
+    _memcached_udp(p, out, port)
+    idx, cc = narrow(p, out, _MC_PAIRS[c[0], c[1]] | (port & (c[0] >= 0x61)))
+    on_port = port[idx]
+    keep = (p.proto[idx] == _TCP) & (p.length[idx] >= 6)
+    idx, s, _, _ = take(p, idx[keep])
+    on_port = on_port[keep]
     if idx.size == 0:
         return
     ok = np.zeros(idx.size, dtype=np.bool_)
@@ -263,17 +262,17 @@ def memcached(p: Packets, out: Labeller) -> None:
         if rows.any():
             sub = s[rows]
             ok[rows] = np.any([fields(sub, len(word), pattern) for pattern in patterns], axis=0)
-    on_port = (p.sport[idx] == MEMCACHED_PORT) | (p.dport[idx] == MEMCACHED_PORT)
     if on_port.any():
         for word in _MC_PORT_WORDS:
             ok |= on_port & prefix(s, 0, word)
     out.assign(idx, codes(ok, Label.MEMCACHED_TEXT))
 
 
-def _memcached_udp(p: Packets, out: Labeller) -> None:
+def _memcached_udp(p: Packets, out: Labeller, port: Bool) -> None:
     """memcached over UDP on its port (protocol.txt "UDP protocol"): an 8-byte frame header (request id, sequence
-    number below the datagram count, reserved zero), then a text command or reply line, or a binary header."""
-    idx, cc = narrow(p, out, p.port(MEMCACHED_PORT))
+    number below the datagram count, reserved zero), then a text command or reply line, or a binary header.
+    ``port``: the rows whose flow is on memcached's port."""
+    idx, cc = narrow(p, out, port)
     frame = (p.proto[idx] == _UDP) & (cc[6] == 0) & (cc[7] == 0) & (p.length[idx] >= _MC_UDP_FRAME + 3)
     idx, s, _, _ = take(p, idx[frame])
     if idx.size == 0:
@@ -293,7 +292,6 @@ def zookeeper(p: Packets, out: Labeller) -> None:
     a ping or its reply, an AuthPacket (xid -4, type 100: the digest scheme sends ``user:password``); in a flow
     with one of those, every message whose length is in bounds; on port 2181 a four-letter admin word."""
     c = p.cols
-    tcp = p.proto == _TCP
     zero, cz = narrow(p, out, (c[0] == 0) & (c[1] == 0))  # a length under 64 kB
     on_tcp = p.proto[zero] == _TCP
     fixed = on_tcp & (cz[2] == 0) & np.isin(cz[3], (0x08, 0x10, 0x24, 0x25, 0x2C, 0x2D)) & (p.length[zero] >= 12)
@@ -325,13 +323,12 @@ def zookeeper(p: Packets, out: Labeller) -> None:
         out.assign(idx, np.select([ok & digest, ok], [Label.ZK_DIGEST, Label.ZK_AUTH], 0).astype(np.int64))
         proven = np.concatenate([proven, p.flow[idx[ok]]])
     if proven.size:
-        rows = np.flatnonzero(out.free & tcp & np.isin(p.flow, proven) & (p.length >= 8))
+        rows = np.flatnonzero(out.free & (p.proto == _TCP) & np.isin(p.flow, proven) & (p.length >= 8))
         s = p.head[rows]
         size = be32(s, 0)
         out.assign(rows, codes((size >= 4) & (size <= _ZK_MESSAGE_MAX), Label.ZK_MESSAGE))
     idx, _ = narrow(p, out, p.length == 4)
-    on_port = (p.sport[idx] == ZOOKEEPER_PORT) | (p.dport[idx] == ZOOKEEPER_PORT)
-    idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & on_port])
+    idx, s, _, _ = take(p, idx[(p.proto[idx] == _TCP) & on_ports(p, idx, (ZOOKEEPER_PORT,))])
     if idx.size:
         ok = np.any([prefix(s, 0, word) for word in _ZK_WORDS], axis=0)
         out.assign(idx, codes(ok, Label.ZK_WORD))

@@ -12,7 +12,21 @@ from typing import Final
 
 import numpy as np
 
-from ringfence.observe.recognise._bytes import HEAD, I64, U8, Bool, Labeller, Packets, be16, be32, narrow, select, take
+from ringfence.observe.recognise._bytes import (
+    HEAD,
+    I64,
+    U8,
+    Bool,
+    Labeller,
+    Packets,
+    be16,
+    be32,
+    narrow,
+    on_ports,
+    select,
+    table,
+    take,
+)
 from ringfence.observe.recognise.labels import Label
 
 _TCP: Final = 6
@@ -34,10 +48,10 @@ _OSPF2_HEADER: Final = 24
 _OSPF3_HEADER: Final = 16
 HSRP_PORT: Final = 1985
 #: HSRP v0/v1 states (RFC 2281 §5): initial, learn, listen, speak, standby, active.
-_HSRP_STATES: Final = np.isin(np.arange(256), [0, 1, 2, 4, 8, 16])
+_HSRP_STATES: Final = table([0, 1, 2, 4, 8, 16])
 _HSRP_DEFAULT_AUTH: Final = b"cisco\x00\x00\x00"
 #: BGP message types (RFC 4271 §4.1, RFC 2918): OPEN, UPDATE, NOTIFICATION, KEEPALIVE, ROUTE-REFRESH.
-_BGP_TYPES: Final = np.isin(np.arange(256), [1, 2, 3, 4, 5])
+_BGP_TYPES: Final = table([1, 2, 3, 4, 5])
 _BGP_HEADER: Final = 19
 #: Largest BGP message: 4096 bytes, or 65535 with extended messages (RFC 8654).
 _BGP_MAX: Final = 65535
@@ -100,10 +114,8 @@ def bfd(p: Packets, out: Labeller) -> None:
     clear, a non-zero detect multiplier and My Discriminator, and a Length equal to the datagram's — 24 bytes, or
     24 and the authentication section the A bit announces: a simple password (in clear), or keyed MD5/SHA1."""
     idx, c = narrow(p, out, p.cols[3] == p.length)  # Length, one byte: the datagram's
-    port = np.zeros(idx.size, dtype=np.bool_)
-    for number in BFD_PORTS:
-        port |= (p.sport[idx] == number) | (p.dport[idx] == number)
-    keep = port & (p.proto[idx] == _UDP) & ((c[0] >> 5) == 1) & ((c[0] & 0x1F) <= 8) & ((c[1] & 1) == 0) & (c[2] > 0)
+    keep = on_ports(p, idx, BFD_PORTS) & (p.proto[idx] == _UDP) & (c[2] > 0)
+    keep &= ((c[0] >> 5) == 1) & ((c[0] & 0x1F) <= 8) & ((c[1] & 1) == 0)
     idx, s, length, v = take(p, idx[keep & (p.length[idx] >= _BFD_HEADER)])
     if idx.size == 0:
         return

@@ -24,8 +24,10 @@ from ringfence.observe.recognise._bytes import (
     be16_at,
     be32,
     le,
+    on_ports,
     printable,
     select,
+    table,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -41,7 +43,7 @@ _PPTP_COOKIE: Final = 0x1A2B3C4D
 #: Length of each PPTP control message by its type (RFC 2637 §2.1-2.15); 0: not a type.
 _PPTP_LENGTHS: Final = np.array([0, 156, 156, 16, 16, 16, 20, 168, 32, 220, 24, 28, 16, 148, 32, 24] + [0] * 240)
 #: RADIUS codes: Access-Request/Accept/Reject, Accounting, Challenge, Status-Server/Client, CoA/Disconnect.
-_RADIUS_CODE: Final = np.isin(np.arange(256), [1, 2, 3, 4, 5, 11, 12, 13, 40, 41, 42, 43, 44, 45])
+_RADIUS_CODE: Final = table([1, 2, 3, 4, 5, 11, 12, 13, 40, 41, 42, 43, 44, 45])
 _RADIUS_WALK: Final = 4
 _RADIUS_WALK_ALL: Final = (HEAD - 20) // 2  # attributes of >= 2 bytes after the header, all inside the head
 _RADIUS_PORTS: Final = (1812, 1813, 1645, 1646, 3799, 1700)
@@ -49,7 +51,7 @@ _RADIUS_PORTS: Final = (1812, 1813, 1645, 1646, 3799, 1700)
 _RMCPP_PAYLOADS: Final = np.array([0x00, 0x01, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15])
 _KRB_APP: Final = np.array([0x6A, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x7E])  # AS/TGS REQ/REP, AP-REQ/REP, KRB-ERROR
 #: Per byte value: a Kerberos APPLICATION tag (a look-up is cheaper than isin over every row).
-_KRB_TAG: Final = np.isin(np.arange(256), _KRB_APP)
+_KRB_TAG: Final = table(_KRB_APP.tolist())
 _LDAP_OPS: Final = np.array(
     [0x42, 0x4A, 0x50, 0x60, 0x61, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, 0x69, 0x6B, 0x6C, 0x6D, 0x6E, 0x6F, 0x73]
     + [0x77, 0x78, 0x79]
@@ -433,10 +435,7 @@ def radius(p: Packets, out: Labeller) -> None:
         attr_len = at(s, pos + 1)
         ok &= ~visible | ((at(s, pos) >= 1) & (attr_len >= 2) & (pos + attr_len <= length))
         pos = np.where(visible, pos + attr_len, pos)
-    on_port = np.zeros(idx.size, np.bool_)
-    for port in _RADIUS_PORTS:
-        on_port |= (p.sport[idx] == port) | (p.dport[idx] == port)
-    ok &= on_port | ((length <= v) & (pos == length))
+    ok &= on_ports(p, idx, _RADIUS_PORTS) | ((length <= v) & (pos == length))
     out.assign(idx, np.where(ok, Label.RADIUS, 0).astype(np.int64))
 
 

@@ -27,6 +27,7 @@ from ringfence.observe.recognise._bytes import (
     prefix,
     printable,
     select,
+    table,
 )
 from ringfence.observe.recognise.labels import Label
 
@@ -44,7 +45,7 @@ _SMB2_CANCEL: Final = 12
 _SMB2_OPLOCK_BREAK: Final = 18
 _STATUS_PENDING: Final = 0x00000103
 #: First bytes of iSCSI login/text PDUs: opcode 0x03/0x23/0x04/0x24, optionally with the immediate bit 0x40.
-_ISCSI_FIRST: Final = np.isin(np.arange(256), [0x03, 0x23, 0x04, 0x24, 0x43, 0x63, 0x44, 0x64])
+_ISCSI_FIRST: Final = table([0x03, 0x23, 0x04, 0x24, 0x43, 0x63, 0x44, 0x64])
 #: DRBD packet headers (drbd_protocol.h): p_header80 (magic, command, 16-bit length), p_header95 (16-bit magic,
 #: command, 32-bit length), p_header100 (magic, volume, command, length, zero pad); big-endian.
 _DRBD_MAGIC: Final = 0x83740267
@@ -65,7 +66,6 @@ _BEEGFS_FLAGS: Final = 0x07  # BUDDYMIRROR_SECOND, IS_SELECTIVE_ACK, HAS_SEQUENC
 _BEEGFS_MAX: Final = 1 << 24
 _BEEGFS_AUTH: Final = 4007  # AuthenticateChannelMsg: the connAuthFile secret
 _NVME_HLEN: Final = {4: 72, 5: 24, 6: 24, 7: 24, 9: 24}  # PDU type -> header length (NVMe/TCP 1.0 §3.6)
-
 
 
 def onc_rpc(p: Packets, out: Labeller) -> None:

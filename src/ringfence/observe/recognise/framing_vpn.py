@@ -25,6 +25,7 @@ from ringfence.observe.recognise._bytes import (
     at,
     be16_at,
     be32_at,
+    match_at,
     narrow,
     table,
     take,
@@ -51,9 +52,9 @@ _PID_MAX: Final = 255  # a reset is among a session's first packets: its replay 
 #: 3-byte peer id): nothing, a 4-byte packet id, or a packet id after an HMAC-SHA1/SHA256; each also with the
 #: one-byte compression header before the packet.
 _CLEAR_OFFSETS: Final = (0, 4, 24, 36)
-#: The payload of OpenVPN's keepalive ping, sent every --ping seconds through the data channel.
+#: The payload of OpenVPN's keepalive ping (``ping.c``), sent every --ping seconds through the data channel: a data
+#: packet that carries it readable is not encrypted.
 _PING: Final = bytes.fromhex("2a187bf3641eb4cb07ed2d0a981fc748")
-
 
 
 def _ip_at(s: U8, pos: I64, size: I64) -> Bool:
@@ -61,15 +62,6 @@ def _ip_at(s: U8, pos: I64, size: I64) -> Bool:
     v4 = (at(s, pos) == 0x45) & (be16_at(s, pos + 2) == size)
     v6 = ((at(s, pos) >> 4) == 6) & (be16_at(s, pos + 4) + 40 == size)
     return np.asarray(v4 | v6)
-
-
-def _ping_at(s: U8, pos: I64) -> Bool:
-    """Rows holding OpenVPN's keepalive ping (its 16-byte magic, ``ping.c``) at ``pos``: a data packet that carries
-    it readable is not encrypted."""
-    ok = np.ones(s.shape[0], dtype=np.bool_)
-    for k, byte in enumerate(_PING):
-        ok &= at(s, pos + k) == byte
-    return ok
 
 
 def _resets(s: U8, base: int, length: I64) -> tuple[Bool, Bool, Bool]:
@@ -119,8 +111,9 @@ def openvpn(p: Packets, out: Labeller) -> None:
     flows = np.concatenate(proven) if proven else np.zeros(0, dtype=np.int64)
     if flows.size == 0:
         return
+    in_flows = np.isin(p.flow, flows)
     for base in (0, 2):
-        idx, cc = narrow(p, out, np.isin(p.flow, flows))
+        idx, cc = narrow(p, out, in_flows)
         rows = (p.proto[idx] == _UDP) if base == 0 else (p.proto[idx] == _TCP) & _framed(cc, p.length[idx])
         idx, s, length, _ = take(p, idx[rows & (p.length[idx] >= base + 2)])
         if idx.size == 0:
@@ -133,7 +126,7 @@ def openvpn(p: Packets, out: Labeller) -> None:
             for comp in (0, 1):
                 start = body + offset + comp
                 clear |= data & _ip_at(s, start, length - start)
-            clear |= data & _ping_at(s, body + offset)
+            clear |= data & match_at(s, body + offset, _PING)
         codes = np.select(
             [clear, data, np.isin(op, _CONTROL)], [Label.OVPN_CLEAR, Label.OVPN_DATA, Label.OVPN_CONTROL], 0
         )

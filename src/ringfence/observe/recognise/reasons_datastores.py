@@ -27,8 +27,9 @@ def _redis(r: Row) -> Verdict:
         )
     answered = f" and {replies} {'reply' if replies == 1 else 'replies'}" if replies else ""
     sends = "sends" if auth == 1 else "send"
-    how = f"; {_n(auth, 'AUTH')} {sends} the password itself in clear (requirepass/ACL)" if auth else ""
-    how = how or "; no AUTH sampled"
+    how = (
+        f"; {_n(auth, 'AUTH')} {sends} the password itself in clear (requirepass/ACL)" if auth else "; no AUTH sampled"
+    )
     return (
         PLAIN,
         "redis",
